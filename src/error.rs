@@ -1,0 +1,45 @@
+//! Typed errors. Library code returns these; the CLI prints them and exits non-zero.
+
+use std::path::PathBuf;
+
+use crate::gguf::GgufError;
+
+/// Any error memwall's library can return.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(transparent)]
+    Gguf(#[from] GgufError),
+
+    #[error("cannot open {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+
+    #[error("model configuration: {0}")]
+    Config(String),
+
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+
+    #[error("chat template: {0}")]
+    ChatTemplate(String),
+
+    #[error("tensor {name}: {msg}")]
+    Tensor { name: String, msg: String },
+
+    #[error("unsupported tensor type {ty} for {what}")]
+    UnsupportedType {
+        ty: kernels_ref::GgmlType,
+        what: String,
+    },
+
+    #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens")]
+    ContextOverflow { n_prompt: usize, n_ctx: usize },
+
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
