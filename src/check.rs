@@ -17,7 +17,7 @@ use crate::GgmlType;
 
 /// How a scale field is stored.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Field {
+pub enum Field {
     Half,
     Single,
     /// MXFP4's shared exponent: 0xff is NaN.
@@ -25,11 +25,11 @@ enum Field {
 }
 
 /// The scale fields of one block: (name, byte offset in the block, encoding).
-type Fields = &'static [(&'static str, usize, Field)];
+pub type Fields = &'static [(&'static str, usize, Field)];
 
 /// Which scale fields each block type has, or `None` when a type has no table (its size is
 /// still checked). Float tensors are checked element by element instead.
-fn scale_fields(ty: GgmlType) -> Option<Fields> {
+pub fn scale_fields(ty: GgmlType) -> Option<Fields> {
     use Field::{Half, Single, E8M0};
     use GgmlType::*;
     Some(match ty {
