@@ -3,6 +3,8 @@
 
 pub mod error;
 pub mod gguf;
+pub mod tokenizer;
+pub mod chat;
 
 pub use error::{Error, Result};
 pub use kernels_ref::GgmlType;

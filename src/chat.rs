@@ -1,0 +1,1 @@
+//! Chat templates: renders a model's `tokenizer.chat_template` (Jinja) with minijinja.
