@@ -1,10 +1,10 @@
 //! memwall: LLM inference for phone and desktop GPUs through wgpu, with a CPU path that can run
 //! any layer. See README.md for the tour and `../shared/DESIGN.md` for the architecture.
 
+pub mod chat;
 pub mod error;
 pub mod gguf;
 pub mod tokenizer;
-pub mod chat;
 
 pub use error::{Error, Result};
 pub use kernels_ref::GgmlType;

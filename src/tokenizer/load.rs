@@ -74,9 +74,8 @@ fn pre_config(name: &str) -> Option<PreConfig> {
         | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe"
         | "mpt" | "olmo" | "jais" | "exaone4" => c(GPT2, true, false, false),
         "trillion" | "granite-docling" => c(GPT2, false, false, false),
-        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open" | "grok-2" => {
-            c(QWEN2, false, false, false)
-        }
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
+        | "grok-2" => c(QWEN2, false, false, false),
         "stablelm2" | "megrez" => c(QWEN2, true, false, false),
         "qwen35" => c(&[pretok::QWEN35], false, false, false),
         "seed-coder" => c(&[pretok::SEED_CODER], false, false, false),
@@ -264,7 +263,9 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
             t.to_string()
         };
         if token_to_id.contains_key(&text) {
-            warnings.push(format!("duplicate token {text:?} at index {i}; first one kept"));
+            warnings.push(format!(
+                "duplicate token {text:?} at index {i}; first one kept"
+            ));
         } else {
             token_to_id.insert(text.clone(), i as u32);
         }
@@ -372,10 +373,12 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     for (key, names) in DETECTED {
         let mut id = meta_id(g, key, n, &mut warnings)?;
         if id.is_none() {
-            id = (0..n).find(|&i| names.contains(&texts[i].as_str())).map(|i| {
-                attrs[i] |= attr::CONTROL;
-                i as u32
-            });
+            id = (0..n)
+                .find(|&i| names.contains(&texts[i].as_str()))
+                .map(|i| {
+                    attrs[i] |= attr::CONTROL;
+                    i as u32
+                });
         }
         detected.push(id);
     }
@@ -429,9 +432,7 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     special.sort_by_key(|&i| std::cmp::Reverse(texts[i as usize].len()));
 
     // Per-model attributes llama.cpp sets by name.
-    let model_name = opt_str(g, "general.name")?
-        .unwrap_or("")
-        .to_lowercase();
+    let model_name = opt_str(g, "general.name")?.unwrap_or("").to_lowercase();
     let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("");
     let arch = opt_str(g, "general.architecture")?.unwrap_or("");
     let id = |s: &str| token_to_id.get(s).map(|&i: &u32| i as usize);
@@ -492,9 +493,27 @@ mod tests {
     #[test]
     fn every_known_pre_tokenizer_compiles() {
         let names = [
-            "default", "llama-bpe", "dbrx", "deepseek-coder", "deepseek-v3", "falcon", "starcoder",
-            "smollm", "gpt-2", "trillion", "qwen2", "stablelm2", "qwen35", "seed-coder",
-            "bailingmoe", "minicpm5", "poro-chat", "bloom", "viking", "tekken", "gpt-4o",
+            "default",
+            "llama-bpe",
+            "dbrx",
+            "deepseek-coder",
+            "deepseek-v3",
+            "falcon",
+            "starcoder",
+            "smollm",
+            "gpt-2",
+            "trillion",
+            "qwen2",
+            "stablelm2",
+            "qwen35",
+            "seed-coder",
+            "bailingmoe",
+            "minicpm5",
+            "poro-chat",
+            "bloom",
+            "viking",
+            "tekken",
+            "gpt-4o",
         ];
         for name in names {
             let cfg = pre_config(name).unwrap();

@@ -118,11 +118,11 @@ impl Ord for SpmPair {
 /// SentencePiece BPE: merges the adjacent pair whose concatenation is the highest-scoring token
 /// until no adjacent pair forms a token. Returns the final symbols' texts (each either a token
 /// or a single char that is not one, left to byte fallback).
-pub fn spm_merge<'w>(
-    text: &'w str,
+pub fn spm_merge(
+    text: &str,
     lookup: impl Fn(&str) -> Option<u32>,
     score: impl Fn(u32) -> f32,
-) -> Vec<&'w str> {
+) -> Vec<&str> {
     let mut syms = char_symbols(text);
     let mut heap: BinaryHeap<SpmPair> = BinaryHeap::new();
     let push = |syms: &[Sym], l: Option<usize>, r: Option<usize>, heap: &mut BinaryHeap<_>| {

@@ -119,7 +119,9 @@ impl Tokenizer {
             Kind::Bpe => {
                 for f in &frags {
                     match *f {
-                        Fragment::Text(start, end) => self.bpe_tokenize(&text[start..end], &mut out),
+                        Fragment::Text(start, end) => {
+                            self.bpe_tokenize(&text[start..end], &mut out)
+                        }
                         Fragment::Token(id) => out.push(id),
                     }
                 }

@@ -111,9 +111,8 @@ impl PreTokenizer {
                 } else {
                     e.to_string()
                 };
-                let re = fancy_regex::Regex::new(&pat).map_err(|err| {
-                    Error::Tokenizer(format!("pre-tokenizer regex {e:?}: {err}"))
-                })?;
+                let re = fancy_regex::Regex::new(&pat)
+                    .map_err(|err| Error::Tokenizer(format!("pre-tokenizer regex {e:?}: {err}")))?;
                 Splitter::Regex { re, collapsed }
             };
             splitters.push(s);
@@ -377,6 +376,9 @@ mod tests {
 
     #[test]
     fn digits_split_one_by_one() {
-        assert_eq!(split(&[r"\p{N}", GPT2], "ab 123"), ["ab", " ", "1", "2", "3"]);
+        assert_eq!(
+            split(&[r"\p{N}", GPT2], "ab 123"),
+            ["ab", " ", "1", "2", "3"]
+        );
     }
 }

@@ -131,8 +131,7 @@ pub fn char_to_byte(c: char) -> Option<u8> {
         }
         inv
     });
-    inv.get(c as usize)
-        .and_then(|&b| u8::try_from(b).ok())
+    inv.get(c as usize).and_then(|&b| u8::try_from(b).ok())
 }
 
 #[cfg(test)]
