@@ -1,0 +1,526 @@
+//! Building a [`Tokenizer`] from GGUF metadata, following llama.cpp's `llama_vocab::impl::load`:
+//! vocabulary type defaults, the pre-tokenizer table, special token ids, the text-based
+//! auto-detection of end-of-generation and fill-in-the-middle tokens, and per-token attributes.
+
+use std::collections::{BTreeSet, HashMap};
+
+use super::pretok::{self, PreTokenizer};
+use super::{attr, Kind, Tokenizer};
+use crate::gguf::Gguf;
+use crate::{Error, Result};
+
+/// What a `tokenizer.ggml.pre` name selects.
+struct PreConfig {
+    exprs: &'static [&'static str],
+    clean_spaces: bool,
+    ignore_merges: bool,
+    /// Forces add_bos to true before metadata is consulted.
+    add_bos: bool,
+}
+
+const DEFAULT_EXPRS: &[&str] = &[
+    r"[\p{P}\$\+<=>\^~\|]+",
+    pretok::GPT2,
+    r"\p{N}+",
+    "[0-9][0-9][0-9]",
+];
+
+/// The pre-tokenizer for `name` (None when unknown), as llama.cpp maps it.
+fn pre_config(name: &str) -> Option<PreConfig> {
+    let c = |exprs, clean_spaces, ignore_merges, add_bos| PreConfig {
+        exprs,
+        clean_spaces,
+        ignore_merges,
+        add_bos,
+    };
+    const LLAMA3: &[&str] = &[pretok::LLAMA3];
+    const GPT2: &[&str] = &[pretok::GPT2];
+    const STARCODER: &[&str] = &[r"\p{N}", pretok::GPT2];
+    const QWEN2: &[&str] = &[pretok::QWEN2];
+    Some(match name {
+        "default" => c(DEFAULT_EXPRS, true, false, false),
+        "llama3" | "llama-v3" | "llama-bpe" | "falcon3" | "falcon-h1" | "pixtral" | "midm-2.0"
+        | "lfm2" | "jina-v5-nano" => c(LLAMA3, true, true, true),
+        "dbrx" | "smaug-bpe" | "glm4" | "chatglm-bpe" => c(LLAMA3, true, false, false),
+        "deepseek-coder" => c(
+            &[
+                "[\r\n]",
+                r"\s?\p{L}+",
+                r"\s?\p{P}+",
+                "[一-龥ࠀ-一가-퟿]+",
+                r"\p{N}",
+            ],
+            false,
+            false,
+            false,
+        ),
+        "deepseek-v3" | "hunyuan-dense" | "joyai-llm" | "hy_v4" => c(
+            &[r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", pretok::DEEPSEEK3],
+            false,
+            false,
+            false,
+        ),
+        "falcon" => c(
+            &[r"[\p{P}\$\+<=>\^~\|`]+", pretok::GPT2, "[0-9][0-9][0-9]"],
+            true,
+            false,
+            false,
+        ),
+        "starcoder" | "refact" | "codeshell" | "exaone" | "minerva-7b" | "mellum2" => {
+            c(STARCODER, true, false, false)
+        }
+        "command-r" | "smollm" => c(STARCODER, false, false, false),
+        "gpt-2" | "phi-2" | "jina-es" | "jina-de" | "gigachat" | "jina-v2-es" | "jina-v2-de"
+        | "a.x-4.0" | "mellum" | "modern-bert" | "jina-v1-en" | "jina-v2-code" | "roberta-bpe"
+        | "mpt" | "olmo" | "jais" | "exaone4" => c(GPT2, true, false, false),
+        "trillion" | "granite-docling" => c(GPT2, false, false, false),
+        "qwen2" | "deepseek-r1-qwen" | "kormo" | "f2llmv2" | "hunyuan" | "solar-open"
+        | "grok-2" => c(QWEN2, false, false, false),
+        "stablelm2" | "megrez" => c(QWEN2, true, false, false),
+        "qwen35" => c(&[pretok::QWEN35], false, false, false),
+        "seed-coder" => c(&[pretok::SEED_CODER], false, false, false),
+        "bailingmoe" | "bailingmoe2" | "llada-moe" => c(&[pretok::BAILINGMOE], false, false, false),
+        "minicpm5" => c(&[r"\p{N}{1,3}", pretok::MINICPM5], true, true, false),
+        "poro-chat" => c(&[pretok::PORO], false, false, false),
+        "bloom" | "gpt3-finnish" => c(&[pretok::PORO], true, false, false),
+        "viking" => c(&[pretok::PORO, r"\p{N}"], false, false, false),
+        "tekken" => c(&[pretok::TEKKEN], false, true, true),
+        "gpt-4o" | "llama4" | "kanana2" | "talkie" | "minimax-m2" => {
+            c(&[pretok::GPT4O], false, false, false)
+        }
+        _ => return None,
+    })
+}
+
+/// Token texts llama.cpp treats as end of generation whatever their type.
+const EOG_TEXTS: &[&str] = &[
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<|return|>",
+    "<|call|>",
+    "<|flush|>",
+    "<|calls|>",
+    "<end_of_turn>",
+    "<|endoftext|>",
+    "</s>",
+    "<|eom_id|>",
+    "<EOT>",
+    "_<EOT>",
+    "[EOT]",
+    "[EOS]",
+    "<|end_of_text|>",
+    "<end_of_utterance>",
+    "<eos>",
+    "<turn|>",
+    "<|tool_response>",
+    "<｜end▁of▁sentence｜>",
+    "[e~[",
+];
+
+/// Metadata keys of special ids that llama.cpp finds by text when absent, with those texts.
+const DETECTED: &[(&str, &[&str])] = &[
+    (
+        "tokenizer.ggml.eot_token_id",
+        &[
+            "<|eot_id|>",
+            "<|im_end|>",
+            "<|end|>",
+            "<end_of_turn>",
+            "<|endoftext|>",
+            "<|end_of_text|>",
+            "<EOT>",
+            "_<EOT>",
+            "[EOT]",
+            "<｜end▁of▁sentence｜>",
+            "<end_of_utterance>",
+        ],
+    ),
+    ("tokenizer.ggml.eom_token_id", &["<|eom_id|>"]),
+    (
+        "tokenizer.ggml.fim_pre_token_id",
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+            "<|prefix|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_suf_token_id",
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+            "<|suffix|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_mid_token_id",
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+            "<|middle|>",
+        ],
+    ),
+    (
+        "tokenizer.ggml.fim_pad_token_id",
+        &["<|fim_pad|>", "<fim-pad>", "<fim_pad>", "<PAD>", "[PAD]"],
+    ),
+    (
+        "tokenizer.ggml.fim_rep_token_id",
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
+    ),
+    ("tokenizer.ggml.fim_sep_token_id", &["<|file_sep|>"]),
+];
+
+/// A string value, `None` when the key is absent.
+fn opt_str<'g>(g: &'g Gguf, key: &str) -> Result<Option<&'g str>> {
+    if g.get(key).is_none() {
+        return Ok(None);
+    }
+    Ok(Some(g.get_str(key)?))
+}
+
+/// A special id from metadata, if present and inside the vocabulary.
+fn meta_id(g: &Gguf, key: &str, n: usize, warnings: &mut Vec<String>) -> Result<Option<u32>> {
+    match g.opt(key, Gguf::get_u32)? {
+        Some(id) if (id as usize) < n => Ok(Some(id)),
+        Some(id) => {
+            warnings.push(format!("{key} = {id} is outside the vocabulary; ignored"));
+            Ok(None)
+        }
+        None => Ok(None),
+    }
+}
+
+pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
+    let mut warnings = Vec::new();
+    let model = g.get_str("tokenizer.ggml.model")?;
+    let kind = match model {
+        "llama" => Kind::Spm,
+        "gpt2" => Kind::Bpe,
+        other => {
+            return Err(Error::Tokenizer(format!(
+                "tokenizer model {other:?} is not supported (only \"llama\" and \"gpt2\")"
+            )))
+        }
+    };
+
+    let tokens = g.get_str_array("tokenizer.ggml.tokens")?;
+    let n = tokens.len();
+    if n == 0 || n > u32::MAX as usize {
+        return Err(Error::Tokenizer(format!("vocabulary of {n} tokens")));
+    }
+    let scores = match g.opt("tokenizer.ggml.scores", Gguf::get_f32_array)? {
+        Some(s) if s.len() >= n => s,
+        Some(s) => {
+            return Err(Error::Tokenizer(format!(
+                "{} scores for {n} tokens",
+                s.len()
+            )))
+        }
+        None => vec![0.0; n],
+    };
+    let types = match g.opt("tokenizer.ggml.token_type", Gguf::get_i64_array)? {
+        Some(t) if t.len() >= n => Some(t),
+        Some(t) => {
+            return Err(Error::Tokenizer(format!(
+                "{} token types for {n} tokens",
+                t.len()
+            )))
+        }
+        None => None,
+    };
+
+    let mut texts = Vec::with_capacity(n);
+    let mut attrs = Vec::with_capacity(n);
+    let mut token_to_id = HashMap::with_capacity(n);
+    for (i, t) in tokens.iter().enumerate() {
+        let text = if t.is_empty() {
+            warnings.push(format!("empty token at index {i}"));
+            format!("[EMPTY_{i}]")
+        } else {
+            t.to_string()
+        };
+        if token_to_id.contains_key(&text) {
+            warnings.push(format!(
+                "duplicate token {text:?} at index {i}; first one kept"
+            ));
+        } else {
+            token_to_id.insert(text.clone(), i as u32);
+        }
+        texts.push(text);
+        attrs.push(match types.as_ref().map(|t| t[i]) {
+            None | Some(1) => attr::NORMAL,
+            Some(2) => attr::UNKNOWN,
+            Some(3) => attr::CONTROL,
+            Some(4) => attr::USER_DEFINED,
+            Some(5) => attr::UNUSED,
+            Some(6) => attr::BYTE,
+            Some(_) => attr::UNDEFINED,
+        });
+    }
+
+    // Type defaults, then the pre-tokenizer (BPE only), then metadata overrides.
+    let mut clean_spaces = false;
+    let mut ignore_merges = false;
+    let (mut add_bos, mut bos, eos, unk, pre, merges);
+    match kind {
+        Kind::Spm => {
+            (add_bos, bos, eos, unk) = (true, Some(1), Some(2), Some(0));
+            pre = None;
+            merges = HashMap::new();
+        }
+        Kind::Bpe => {
+            (add_bos, bos, eos, unk) = (false, Some(11), Some(11), None);
+            let name = opt_str(g, "tokenizer.ggml.pre")?;
+            let cfg = match name {
+                None => {
+                    warnings.push("missing tokenizer.ggml.pre; using 'default'".into());
+                    None
+                }
+                Some(name) => {
+                    let cfg = pre_config(name);
+                    if cfg.is_none() {
+                        warnings.push(format!(
+                            "unknown pre-tokenizer {name:?}; using 'default' (tokenization \
+                             may differ from the model's)"
+                        ));
+                    }
+                    if matches!(name, "glm4" | "chatglm-bpe") {
+                        bos = None;
+                    }
+                    cfg
+                }
+            }
+            .unwrap_or(PreConfig {
+                exprs: DEFAULT_EXPRS,
+                clean_spaces: true,
+                ignore_merges: false,
+                add_bos: false,
+            });
+            clean_spaces = cfg.clean_spaces;
+            ignore_merges = cfg.ignore_merges;
+            add_bos |= cfg.add_bos;
+            pre = Some(PreTokenizer::new(cfg.exprs)?);
+            let lines = g.get_str_array("tokenizer.ggml.merges")?;
+            let mut m = HashMap::with_capacity(lines.len());
+            for (rank, line) in lines.iter().enumerate() {
+                // llama.cpp splits at the first space after the first byte; a line without one
+                // becomes the pair ("", "") and can never match.
+                if line.bytes().skip(1).any(|b| b == b' ') {
+                    m.entry(line.to_string()).or_insert(rank as u32);
+                }
+            }
+            merges = m;
+        }
+    }
+    let mut add_space_prefix = kind == Kind::Spm;
+    if let Some(v) = g.opt("tokenizer.ggml.add_space_prefix", Gguf::get_bool)? {
+        add_space_prefix = v;
+    }
+    // Default ids that fall outside the vocabulary are disabled, as llama.cpp does.
+    let in_vocab = |id: Option<u32>| id.filter(|&i| (i as usize) < n);
+    let (mut bos, mut eos, mut unk) = (in_vocab(bos), in_vocab(eos), in_vocab(unk));
+    if let Some(id) = meta_id(g, "tokenizer.ggml.bos_token_id", n, &mut warnings)? {
+        bos = Some(id);
+    }
+    if let Some(id) = meta_id(g, "tokenizer.ggml.eos_token_id", n, &mut warnings)? {
+        eos = Some(id);
+    }
+    if let Some(id) = meta_id(g, "tokenizer.ggml.unknown_token_id", n, &mut warnings)? {
+        unk = Some(id);
+    }
+    if let Some(v) = g.opt("tokenizer.ggml.add_bos_token", Gguf::get_bool)? {
+        add_bos = v;
+    }
+    let add_eos = g
+        .opt("tokenizer.ggml.add_eos_token", Gguf::get_bool)?
+        .unwrap_or(false);
+    if add_bos && bos.is_none() {
+        return Err(Error::Tokenizer(
+            "add_bos_token is true but there is no BOS token".into(),
+        ));
+    }
+    if add_eos && eos.is_none() {
+        return Err(Error::Tokenizer(
+            "add_eos_token is true but there is no EOS token".into(),
+        ));
+    }
+
+    // eot, eom and the FIM ids: from metadata, else found by text (and then forced to control).
+    let mut detected = Vec::with_capacity(DETECTED.len());
+    for (key, names) in DETECTED {
+        let mut id = meta_id(g, key, n, &mut warnings)?;
+        if id.is_none() {
+            id = (0..n)
+                .find(|&i| names.contains(&texts[i].as_str()))
+                .map(|i| {
+                    attrs[i] |= attr::CONTROL;
+                    i as u32
+                });
+        }
+        detected.push(id);
+    }
+    let (eot, eom) = (detected[0], detected[1]);
+
+    // Control tokens named "unused" are unused.
+    for (t, a) in texts.iter().zip(attrs.iter_mut()) {
+        if *a & attr::CONTROL != 0 && t.contains("unused") {
+            *a |= attr::UNUSED;
+        }
+    }
+
+    // End of generation: FIM pad/repo/sep, the known texts, eos, eot, eom.
+    let mut eog: BTreeSet<u32> = detected[5..].iter().flatten().copied().collect();
+    for (i, t) in texts.iter().enumerate() {
+        if EOG_TEXTS.contains(&t.as_str()) {
+            eog.insert(i as u32);
+            attrs[i] |= attr::CONTROL;
+        }
+    }
+    for (i, t) in texts.iter().enumerate() {
+        if matches!(
+            t.as_str(),
+            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
+        ) {
+            attrs[i] = attr::USER_DEFINED;
+        }
+    }
+    eog.extend([eos, eot, eom].into_iter().flatten());
+    let has = |eog: &BTreeSet<u32>, s: &str| eog.iter().any(|&i| texts[i as usize] == s);
+    // gpt-oss and solar-open end a message with <|end|> but do not stop there.
+    if (has(&eog, "<|return|>") || has(&eog, "<|flush|>"))
+        && (has(&eog, "<|call|>") || has(&eog, "<|calls|>"))
+    {
+        if let Some(&end) = eog.iter().find(|&&i| texts[i as usize] == "<|end|>") {
+            eog.remove(&end);
+            attrs[end as usize] = attr::USER_DEFINED;
+        }
+    }
+    if has(&eog, "<|tool_response>") {
+        if let Some(&s) = eog.iter().find(|&&i| texts[i as usize] == "</s>") {
+            eog.remove(&s);
+            attrs[s as usize] = attr::NORMAL;
+        }
+    }
+
+    // Special tokens, longest text first: the order in which they are split out of raw text.
+    let mut special: Vec<u32> = (0..n as u32)
+        .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
+        .collect();
+    special.sort_by_key(|&i| std::cmp::Reverse(texts[i as usize].len()));
+
+    // Per-model attributes llama.cpp sets by name.
+    let model_name = opt_str(g, "general.name")?.unwrap_or("").to_lowercase();
+    let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("");
+    let arch = opt_str(g, "general.architecture")?.unwrap_or("");
+    let id = |s: &str| token_to_id.get(s).map(|&i: &u32| i as usize);
+    if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
+        .iter()
+        .any(|p| pre_name.contains(p))
+        || ["nomic-bert-moe", "jina-bert-v3"]
+            .iter()
+            .any(|p| arch.contains(p))
+    {
+        if let Some(i) = id("<mask>") {
+            attrs[i] |= attr::LSTRIP;
+        }
+    } else if model_name.contains("phi-3") || model_name.contains("phi3") {
+        for &i in &special {
+            attrs[i as usize] |= attr::RSTRIP;
+        }
+        if let Some(i) = id("</s>") {
+            attrs[i] |= attr::RSTRIP;
+        }
+        for t in ["<unk>", "<s>", "<|endoftext|>"] {
+            if let Some(i) = id(t) {
+                attrs[i] &= !attr::RSTRIP;
+            }
+        }
+    } else if model_name.contains("modern-bert") {
+        if let Some(i) = id("[MASK]") {
+            attrs[i] |= attr::LSTRIP;
+        }
+    }
+
+    Ok(Tokenizer {
+        kind,
+        texts,
+        scores,
+        attrs,
+        token_to_id,
+        merges,
+        pre,
+        special,
+        bos,
+        eos,
+        unk,
+        eog,
+        add_bos,
+        add_eos,
+        add_space_prefix,
+        ignore_merges,
+        clean_spaces,
+        warnings,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_known_pre_tokenizer_compiles() {
+        let names = [
+            "default",
+            "llama-bpe",
+            "dbrx",
+            "deepseek-coder",
+            "deepseek-v3",
+            "falcon",
+            "starcoder",
+            "smollm",
+            "gpt-2",
+            "trillion",
+            "qwen2",
+            "stablelm2",
+            "qwen35",
+            "seed-coder",
+            "bailingmoe",
+            "minicpm5",
+            "poro-chat",
+            "bloom",
+            "viking",
+            "tekken",
+            "gpt-4o",
+        ];
+        for name in names {
+            let cfg = pre_config(name).unwrap();
+            let pre = PreTokenizer::new(cfg.exprs).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let text = "Hello world's 12345 ünïcödé 你好 🙂\n\n  x";
+            assert_eq!(pre.split(text).concat(), text, "{name} loses text");
+        }
+        assert!(pre_config("no-such-thing").is_none());
+    }
+}
