@@ -168,7 +168,7 @@ fn tensor_info(
     let n_elements: u64 = dims.iter().product();
     let ne0 = dims.first().copied().unwrap_or(1);
     let block = ty.block_size();
-    if ne0 % block as u64 != 0 {
+    if !ne0.is_multiple_of(block as u64) {
         return Err(GgufError::RowNotBlockAligned {
             tensor: name,
             ty,
@@ -180,7 +180,7 @@ fn tensor_info(
     let Some(n_bytes) = ty.row_bytes(n_elements) else {
         return Err(GgufError::DimOverflow { tensor: name, dims });
     };
-    if offset % alignment != 0 {
+    if !offset.is_multiple_of(alignment) {
         return Err(GgufError::MisalignedOffset {
             tensor: name,
             offset,
