@@ -17,6 +17,8 @@ pub enum RefError {
         n_elements: usize,
         n_bytes: usize,
     },
+    /// `n_elements` values to quantize are not a whole number of `ty` blocks.
+    PartialBlock { ty: GgmlType, n_elements: usize },
     /// A float buffer of an op has the wrong length for the shape it was given.
     ShapeMismatch {
         op: &'static str,
@@ -42,6 +44,11 @@ impl std::fmt::Display for RefError {
                  (block size {}, {} bytes per block)",
                 ty.block_size(),
                 ty.type_size()
+            ),
+            RefError::PartialBlock { ty, n_elements } => write!(
+                f,
+                "{n_elements} elements are not a whole number of {ty} blocks of {}",
+                ty.block_size()
             ),
             RefError::ShapeMismatch {
                 op,

@@ -1,7 +1,6 @@
 //! IQ4_NL: 4-bit indices into a fixed non-linear table of 16 levels.
 
 use super::{bytes_at, f16_to_f32, u16_at, Block};
-use crate::GgmlType;
 
 /// ggml's `kvalues_iq4nl`: the 16 levels, denser near zero.
 pub const KVALUES_IQ4NL: [i8; 16] = [
@@ -19,7 +18,6 @@ pub struct BlockIq4Nl {
 const _: () = assert!(std::mem::size_of::<BlockIq4Nl>() == 18);
 
 impl Block for BlockIq4Nl {
-    const TYPE: GgmlType = GgmlType::IQ4_NL;
     const SIZE: usize = 18;
     const QK: usize = 32;
 

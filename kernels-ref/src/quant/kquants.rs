@@ -4,7 +4,7 @@
 //! Dequantization only: memwall reads k-quant models but does not write them.
 
 use super::{bytes_at, f16_to_f32, u16_at, Block};
-use crate::{GgmlType, QK_K};
+use crate::QK_K;
 
 /// `block_q2_K`: 16 sub-blocks of 16; `x = d * (sc & 15) * q - dmin * (sc >> 4)`, q in 0..4.
 #[repr(C)]
@@ -66,7 +66,6 @@ pub struct BlockQ6K {
 const _: () = assert!(std::mem::size_of::<BlockQ6K>() == 210);
 
 impl Block for BlockQ2K {
-    const TYPE: GgmlType = GgmlType::Q2_K;
     const SIZE: usize = 84;
     const QK: usize = QK_K;
 
@@ -110,7 +109,6 @@ pub(crate) fn q3k_scales(s: &[u8; 12]) -> [u8; 16] {
 }
 
 impl Block for BlockQ3K {
-    const TYPE: GgmlType = GgmlType::Q3_K;
     const SIZE: usize = 110;
     const QK: usize = QK_K;
 
@@ -154,7 +152,6 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8; 12]) -> (u8, u8) {
 }
 
 impl Block for BlockQ4K {
-    const TYPE: GgmlType = GgmlType::Q4_K;
     const SIZE: usize = 144;
     const QK: usize = QK_K;
 
@@ -183,7 +180,6 @@ impl Block for BlockQ4K {
 }
 
 impl Block for BlockQ5K {
-    const TYPE: GgmlType = GgmlType::Q5_K;
     const SIZE: usize = 176;
     const QK: usize = QK_K;
 
@@ -216,7 +212,6 @@ impl Block for BlockQ5K {
 }
 
 impl Block for BlockQ6K {
-    const TYPE: GgmlType = GgmlType::Q6_K;
     const SIZE: usize = 210;
     const QK: usize = QK_K;
 

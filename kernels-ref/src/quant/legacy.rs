@@ -8,7 +8,6 @@
 //! computed in f32, stored as f16, and the f32 scale (not the stored one) is used to round.
 
 use super::{bytes_at, f16_to_f32, f32_to_f16, u16_at, Block, QuantBlock};
-use crate::GgmlType;
 
 const QK: usize = 32;
 
@@ -130,7 +129,6 @@ fn fused_trunc(x: f32, id: f32, offset: f64, max_q: u8) -> u8 {
 }
 
 impl Block for BlockQ4_0 {
-    const TYPE: GgmlType = GgmlType::Q4_0;
     const SIZE: usize = 18;
     const QK: usize = QK;
 
@@ -170,7 +168,6 @@ impl QuantBlock for BlockQ4_0 {
 }
 
 impl Block for BlockQ4_1 {
-    const TYPE: GgmlType = GgmlType::Q4_1;
     const SIZE: usize = 20;
     const QK: usize = QK;
 
@@ -221,7 +218,6 @@ fn five_bits(qs: &[u8; 16], qh: [u8; 4], i: usize) -> u8 {
 }
 
 impl Block for BlockQ5_0 {
-    const TYPE: GgmlType = GgmlType::Q5_0;
     const SIZE: usize = 22;
     const QK: usize = QK;
 
@@ -265,7 +261,6 @@ impl QuantBlock for BlockQ5_0 {
 }
 
 impl Block for BlockQ5_1 {
-    const TYPE: GgmlType = GgmlType::Q5_1;
     const SIZE: usize = 24;
     const QK: usize = QK;
 
@@ -313,7 +308,6 @@ impl QuantBlock for BlockQ5_1 {
 }
 
 impl Block for BlockQ8_0 {
-    const TYPE: GgmlType = GgmlType::Q8_0;
     const SIZE: usize = 34;
     const QK: usize = QK;
 

@@ -22,10 +22,9 @@ pub use ternary::{BlockTq1_0, BlockTq2_0};
 use crate::error::{check_bytes, RefError};
 use crate::GgmlType;
 
-/// One block of a quantized format.
-pub trait Block: Sized {
-    /// The ggml type this block belongs to.
-    const TYPE: GgmlType;
+/// One block of a quantized format. Crate-private: `read` trusts its caller to pass exactly
+/// `SIZE` bytes, which only the length-checked paths in this crate guarantee.
+pub(crate) trait Block: Sized {
     /// Bytes per block in the file (equals `size_of::<Self>()`, checked at compile time).
     const SIZE: usize;
     /// Elements per block.
@@ -39,7 +38,7 @@ pub trait Block: Sized {
 }
 
 /// A block format kernels-ref can also produce.
-pub trait QuantBlock: Block {
+pub(crate) trait QuantBlock: Block {
     /// Quantizes `QK` values (`x.len() == QK`) with ggml's reference rounding rules.
     fn quant(x: &[f32]) -> Self;
 
@@ -139,17 +138,16 @@ pub fn can_quantize(ty: GgmlType) -> bool {
 /// Quantizes `x` to type `ty` with ggml's reference rounding rules (the ones gguf-py
 /// reproduces), returning `ty.row_bytes(x.len())` bytes.
 ///
-/// `x.len()` must be a whole number of blocks (`BadLength` otherwise); types outside
+/// `x.len()` must be a whole number of blocks (`PartialBlock` otherwise); types outside
 /// [`can_quantize`] give `Unsupported`.
 pub fn quantize(ty: GgmlType, x: &[f32]) -> Result<Vec<u8>, RefError> {
     if !can_quantize(ty) {
         return Err(RefError::Unsupported(ty));
     }
     if !x.len().is_multiple_of(ty.block_size()) {
-        return Err(RefError::BadLength {
+        return Err(RefError::PartialBlock {
             ty,
             n_elements: x.len(),
-            n_bytes: 0,
         });
     }
     Ok(match ty {

@@ -2,7 +2,7 @@
 //! five trits per byte) and TQ2_0 (2 bits per weight).
 
 use super::{bytes_at, f16_to_f32, f32_to_f16, u16_at, Block, QuantBlock};
-use crate::{GgmlType, QK_K};
+use crate::QK_K;
 
 /// `block_tq1_0`: 240 elements as base-3 digits, 5 per byte in `qs` and 4 per byte in `qh`.
 ///
@@ -58,7 +58,6 @@ fn ternary_digits(x: &[f32]) -> (f32, Vec<u8>) {
 }
 
 impl Block for BlockTq1_0 {
-    const TYPE: GgmlType = GgmlType::TQ1_0;
     const SIZE: usize = 54;
     const QK: usize = QK_K;
 
@@ -119,7 +118,6 @@ impl QuantBlock for BlockTq1_0 {
 }
 
 impl Block for BlockTq2_0 {
-    const TYPE: GgmlType = GgmlType::TQ2_0;
     const SIZE: usize = 66;
     const QK: usize = QK_K;
 

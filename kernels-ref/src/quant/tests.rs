@@ -17,24 +17,24 @@ fn deq(ty: GgmlType, b: &[u8]) -> Vec<f32> {
 
 #[test]
 fn block_sizes_match_ggml_type_sizes() {
-    fn check<B: Block>() {
-        assert_eq!(B::SIZE, B::TYPE.type_size(), "{}", B::TYPE);
-        assert_eq!(B::SIZE, std::mem::size_of::<B>(), "{}", B::TYPE);
-        assert_eq!(B::QK, B::TYPE.block_size(), "{}", B::TYPE);
+    fn check<B: Block>(ty: GgmlType) {
+        assert_eq!(B::SIZE, ty.type_size(), "{ty}");
+        assert_eq!(B::SIZE, std::mem::size_of::<B>(), "{ty}");
+        assert_eq!(B::QK, ty.block_size(), "{ty}");
     }
-    check::<BlockQ4_0>();
-    check::<BlockQ4_1>();
-    check::<BlockQ5_0>();
-    check::<BlockQ5_1>();
-    check::<BlockQ8_0>();
-    check::<BlockQ2K>();
-    check::<BlockQ3K>();
-    check::<BlockQ4K>();
-    check::<BlockQ5K>();
-    check::<BlockQ6K>();
-    check::<BlockTq1_0>();
-    check::<BlockTq2_0>();
-    check::<BlockIq4Nl>();
+    check::<BlockQ4_0>(GgmlType::Q4_0);
+    check::<BlockQ4_1>(GgmlType::Q4_1);
+    check::<BlockQ5_0>(GgmlType::Q5_0);
+    check::<BlockQ5_1>(GgmlType::Q5_1);
+    check::<BlockQ8_0>(GgmlType::Q8_0);
+    check::<BlockQ2K>(GgmlType::Q2_K);
+    check::<BlockQ3K>(GgmlType::Q3_K);
+    check::<BlockQ4K>(GgmlType::Q4_K);
+    check::<BlockQ5K>(GgmlType::Q5_K);
+    check::<BlockQ6K>(GgmlType::Q6_K);
+    check::<BlockTq1_0>(GgmlType::TQ1_0);
+    check::<BlockTq2_0>(GgmlType::TQ2_0);
+    check::<BlockIq4Nl>(GgmlType::IQ4_NL);
 }
 
 #[test]
@@ -393,7 +393,10 @@ fn bad_lengths_and_types_are_errors() {
     );
     assert!(matches!(
         quantize(GgmlType::Q8_0, &[0.0; 31]),
-        Err(RefError::BadLength { .. })
+        Err(RefError::PartialBlock {
+            ty: GgmlType::Q8_0,
+            n_elements: 31
+        })
     ));
     // Every type is_supported lists is dequantized (no Unsupported for them).
     for ty in GgmlType::ALL.into_iter().filter(|t| t.is_supported()) {
