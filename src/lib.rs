@@ -1,12 +1,20 @@
 //! memwall: LLM inference for phone and desktop GPUs through wgpu, with a CPU path that can run
 //! any layer. See README.md for the tour and `../shared/DESIGN.md` for the architecture.
 
+pub mod backend;
 pub mod chat;
 pub mod check;
+pub mod config;
+#[path = "cpu_tmp.rs"]
+pub mod cpu;
+pub mod cpu_backend;
+pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod inspect;
+pub mod model;
+pub mod sampler;
 pub mod tokenizer;
 
 pub use error::{Error, Result};

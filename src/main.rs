@@ -1,28 +1,83 @@
 //! The `memwall` command line: parses arguments and calls the library.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::Arc;
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand};
+use memwall::chat::ChatMessage;
+use memwall::engine::{LoadOptions, Model};
+use memwall::sampler::{Sampler, SamplerParams};
 
 #[derive(Parser)]
 #[command(
     name = "memwall",
     version,
-    about = "LLM inference for phone and desktop GPUs"
+    about = "LLM inference through the memory wall: GGUF models on CPU and GPU"
 )]
 struct Cli {
     #[command(subcommand)]
-    command: Command,
+    cmd: Command,
+}
+
+#[derive(Args, Clone)]
+struct ModelArgs {
+    /// GGUF model file [default: $MEMWALL_MODEL, else the cached test model
+    /// ~/.cache/memwall/SmolLM2-135M-Instruct.Q4_1.gguf]
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// CPU worker threads [default: all cores]
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+}
+
+impl ModelArgs {
+    fn path(&self) -> PathBuf {
+        self.model
+            .clone()
+            .unwrap_or_else(memwall::engine::default_model_path)
+    }
 }
 
 #[derive(Subcommand)]
 enum Command {
-    /// Print a GGUF file's metadata, tensor table and totals.
-    Inspect { file: PathBuf },
-    /// Validate a GGUF file: structure, tensor sizes, finite scales and float values.
+    /// Generate text from a prompt, streaming it, then print timings.
+    Run(RunArgs),
+    /// Print the token ids of TEXT as a JSON array.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Treat special-token text (e.g. "<|im_start|>") as plain text.
+        #[arg(long)]
+        no_parse_special: bool,
+        /// The text to tokenize.
+        text: String,
+    },
+    /// Perplexity over consecutive windows of CTX tokens, scoring each window's second half
+    /// (as llama.cpp's llama-perplexity does).
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Text file to score.
+        #[arg(short = 'f', long)]
+        file: PathBuf,
+        /// Window size in tokens.
+        #[arg(short = 'c', long = "ctx-size", default_value_t = 512)]
+        ctx: usize,
+        /// Print {"ppl":..,"n_chunks":..} instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a GGUF file's metadata and tensor table.
+    Inspect {
+        /// The GGUF file.
+        file: PathBuf,
+    },
+    /// Verify a whole GGUF file (structure, tensor sizes, finite scales and float values);
+    /// exits non-zero listing each problem.
     Check {
+        /// The GGUF file.
         file: PathBuf,
         /// Print the report as JSON.
         #[arg(long)]
@@ -30,39 +85,154 @@ enum Command {
     },
 }
 
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// The prompt.
+    #[arg(short = 'p', long)]
+    prompt: String,
+    /// Tokens to generate.
+    #[arg(short = 'n', long = "n-predict", default_value_t = 128)]
+    n_predict: usize,
+    /// Context size in tokens [default: the model's, capped at 4096].
+    #[arg(short = 'c', long = "ctx-size", default_value_t = 0)]
+    ctx: usize,
+    /// Temperature; 0 is greedy.
+    #[arg(long = "temp", default_value_t = 0.8)]
+    temp: f32,
+    /// Top-k sampling (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (nucleus) sampling (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p sampling (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty over the last 64 tokens (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// RNG seed [default: from the clock].
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Wrap the prompt in the model's own chat template as a user message.
+    #[arg(long)]
+    chat: bool,
+    /// Report the K most likely tokens at each step (with --json).
+    #[arg(long, default_value_t = 0)]
+    n_probs: usize,
+    /// Print one JSON object on the last line of stdout instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
+    match dispatch(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
+    let path = args.path();
+    let opts = LoadOptions {
+        threads: args.threads,
+    };
+    let show = !quiet && std::io::stderr().is_terminal();
+    let bar = show.then(|| {
+        let pb = indicatif::ProgressBar::new(0);
+        pb.set_style(
+            indicatif::ProgressStyle::with_template(
+                "loading {msg} [{bar:30}] {bytes}/{total_bytes}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        pb.set_message(path.display().to_string());
+        pb
+    });
+    let model = Model::load_with_progress(&path, &opts, &mut |done, total| {
+        if let Some(pb) = &bar {
+            pb.set_length(total);
+            pb.set_position(done);
+        }
+    });
+    if let Some(pb) = bar {
+        pb.finish_and_clear();
+    }
+    Ok(Arc::new(model?))
+}
+
+fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
+    match cli.cmd {
+        Command::Run(a) => run(a),
+        Command::Tokenize {
+            model,
+            no_parse_special,
+            text,
+        } => {
+            let model = load(&model, true)?;
+            let ids = model.tokenizer().encode(&text, true, !no_parse_special);
+            println!("{}", serde_json::to_string(&ids).unwrap_or_default());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Perplexity {
+            model,
+            file,
+            ctx,
+            json,
+        } => {
+            let text = std::fs::read_to_string(&file).map_err(|source| memwall::Error::Io {
+                path: file.clone(),
+                source,
+            })?;
+            let model = load(&model, json)?;
+            let ids = model.tokenizer().encode(&text, true, false);
+            let tty = !json && std::io::stderr().is_terminal();
+            let n_chunks = ids.len() / ctx.max(1);
+            let r = memwall::engine::perplexity(&model, &ids, ctx, |i, p| {
+                if tty {
+                    eprint!("\r[{}/{}] running PPL {p:.4}", i + 1, n_chunks);
+                }
+            })?;
+            if tty {
+                eprintln!();
+            }
+            if json {
+                println!("{}", serde_json::to_string(&r).unwrap_or_default());
+            } else {
+                println!(
+                    "PPL = {:.4} +/- {:.4} ({} chunks of {ctx}, {} tokens scored)",
+                    r.ppl, r.ppl_err, r.n_chunks, r.n_scored
+                );
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Inspect { file } => inspect(&file),
         Command::Check { file, json } => check(&file, json),
     }
 }
 
-fn inspect(file: &PathBuf) -> ExitCode {
-    let g = match memwall::gguf::Gguf::open(file) {
-        Ok(g) => g,
-        Err(e) => {
-            eprintln!("error: {e}");
-            return ExitCode::from(1);
-        }
-    };
+fn inspect(file: &PathBuf) -> memwall::Result<ExitCode> {
+    let g = memwall::gguf::Gguf::open(file)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // A closed pipe (`memwall inspect f | head`) is not an error worth a message.
     let _ = memwall::inspect::inspect(&g, &mut out).and_then(|()| out.flush());
-    ExitCode::SUCCESS
+    Ok(ExitCode::SUCCESS)
 }
 
-fn check(file: &PathBuf, json: bool) -> ExitCode {
+fn check(file: &PathBuf, json: bool) -> memwall::Result<ExitCode> {
     let report = memwall::check::check_file(file);
     if json {
-        match serde_json::to_string_pretty(&report) {
-            Ok(s) => println!("{s}"),
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::from(2);
-            }
-        }
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
     } else if report.is_ok() {
         println!(
             "OK: {} tensors, {} bytes checked",
@@ -80,9 +250,84 @@ fn check(file: &PathBuf, json: bool) -> ExitCode {
         }
         println!("FAILED: {} problem(s)", report.problems.len());
     }
-    if report.is_ok() {
+    Ok(if report.is_ok() {
         ExitCode::SUCCESS
     } else {
-        ExitCode::from(1)
+        ExitCode::FAILURE
+    })
+}
+
+fn run(a: RunArgs) -> memwall::Result<ExitCode> {
+    let model = load(&a.model, a.json)?;
+    let seed = a.seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0)
+    });
+    let mut sampler = Sampler::new(SamplerParams {
+        temperature: a.temp,
+        top_k: a.top_k,
+        top_p: a.top_p,
+        min_p: a.min_p,
+        repeat_penalty: a.repeat_penalty,
+        repeat_last_n: 64,
+        seed,
+    })?;
+    let prompt_text = if a.chat {
+        model.render_chat(&[ChatMessage {
+            role: "user".into(),
+            content: a.prompt.clone(),
+        }])?
+    } else {
+        a.prompt.clone()
+    };
+    let prompt = model.tokenizer().encode(&prompt_text, true, true);
+    let mut session = model.session(a.ctx)?;
+    let json = a.json;
+    let mut stdout = std::io::stdout();
+    let gen = session.generate(&prompt, a.n_predict, &mut sampler, a.n_probs, |piece| {
+        if !json {
+            // A closed pipe ends the generation instead of failing it.
+            if stdout.write_all(piece.as_bytes()).is_err() || stdout.flush().is_err() {
+                return false;
+            }
+        }
+        true
+    })?;
+    let t = &gen.timings;
+    if json {
+        let mut obj = serde_json::json!({
+            "prompt_ids": prompt,
+            "generated_ids": gen.generated_ids,
+            "text": gen.text,
+            "stop": gen.stop,
+            "timings": {
+                "load_ms": t.load_ms,
+                "ttft_ms": t.ttft_ms,
+                "prefill_tps": t.prefill_tps,
+                "decode_tps": t.decode_tps,
+            },
+        });
+        if a.n_probs > 0 {
+            obj["top_probs"] = gen
+                .top_probs
+                .iter()
+                .map(|step| {
+                    step.iter()
+                        .map(|&(id, prob)| serde_json::json!({"id": id, "prob": prob}))
+                        .collect::<Vec<_>>()
+                })
+                .collect::<Vec<_>>()
+                .into();
+        }
+        println!("{obj}");
+    } else {
+        println!();
+        eprintln!(
+            "load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s",
+            t.load_ms, t.ttft_ms, t.n_prompt, t.prefill_tps, t.n_decoded, t.decode_tps
+        );
     }
+    Ok(ExitCode::SUCCESS)
 }

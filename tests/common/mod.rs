@@ -118,3 +118,13 @@ pub fn assert_check_fails(path: &std::path::Path, needle: &str) {
         path.display()
     );
 }
+
+#[allow(dead_code)]
+mod reference;
+#[allow(unused_imports)]
+pub use reference::{reference_forward, rel_err};
+
+/// The shared data folder beside the repository (`../shared`).
+pub fn shared() -> PathBuf {
+    shared_path("reference").parent().unwrap().to_path_buf()
+}

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Runs every check CI runs: formatting, clippy, and all tests (unit, kernels against
+# kernels-ref, GGUF robustness, tokenizer vectors, end-to-end against llama.cpp's references).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export MEMWALL_MODEL="${MEMWALL_MODEL:-$(scripts/fetch-model.sh)}"
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets -- -D warnings
+cargo test --workspace --release

@@ -1,0 +1,140 @@
+//! The one interface every compute backend implements (CPU now, GPU next).
+//!
+//! The model's forward pass (`model.rs`) is written once against this trait. A backend owns
+//! its copy of the weights (zero-copy views of the mmap on the CPU, repacked buffers on a GPU)
+//! and its KV cache; the model names weights by `WeightId` and hands activations around as the
+//! backend's own buffer type, so a backend can keep them on its device between ops. The
+//! scheduler can give different layers to different backends: the hidden state crosses a
+//! boundary through `read`/`write`.
+
+use crate::error::Result;
+
+/// A weight tensor of a llama-shaped model, by role and layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightId {
+    TokEmbd,
+    OutputNorm,
+    Output,
+    AttnNorm(usize),
+    Wq(usize),
+    Wk(usize),
+    Wv(usize),
+    Bq(usize),
+    Bk(usize),
+    Bv(usize),
+    Wo(usize),
+    FfnNorm(usize),
+    Gate(usize),
+    Up(usize),
+    Down(usize),
+}
+
+impl WeightId {
+    /// The GGUF tensor name (llama.cpp's naming).
+    pub fn tensor_name(self) -> String {
+        use WeightId::*;
+        match self {
+            TokEmbd => "token_embd.weight".into(),
+            OutputNorm => "output_norm.weight".into(),
+            Output => "output.weight".into(),
+            AttnNorm(l) => format!("blk.{l}.attn_norm.weight"),
+            Wq(l) => format!("blk.{l}.attn_q.weight"),
+            Wk(l) => format!("blk.{l}.attn_k.weight"),
+            Wv(l) => format!("blk.{l}.attn_v.weight"),
+            Bq(l) => format!("blk.{l}.attn_q.bias"),
+            Bk(l) => format!("blk.{l}.attn_k.bias"),
+            Bv(l) => format!("blk.{l}.attn_v.bias"),
+            Wo(l) => format!("blk.{l}.attn_output.weight"),
+            FfnNorm(l) => format!("blk.{l}.ffn_norm.weight"),
+            Gate(l) => format!("blk.{l}.ffn_gate.weight"),
+            Up(l) => format!("blk.{l}.ffn_up.weight"),
+            Down(l) => format!("blk.{l}.ffn_down.weight"),
+        }
+    }
+
+    /// The weights of transformer block `l` (biases only when the model has them).
+    pub fn layer(l: usize, qkv_bias: bool) -> Vec<WeightId> {
+        use WeightId::*;
+        let mut v = vec![
+            AttnNorm(l),
+            Wq(l),
+            Wk(l),
+            Wv(l),
+            Wo(l),
+            FfnNorm(l),
+            Gate(l),
+            Up(l),
+            Down(l),
+        ];
+        if qkv_bias {
+            v.extend([Bq(l), Bk(l), Bv(l)]);
+        }
+        v
+    }
+}
+
+/// Compute operations of a llama-shaped forward pass. Shapes are row-major `[n_tokens, width]`
+/// unless noted; `n` is the number of tokens in the current batch (at most the batch size the
+/// buffers were allocated for).
+pub trait Backend {
+    /// An activation buffer on this backend's device.
+    type Act;
+
+    /// Short name for logs ("cpu", "vulkan:lavapipe", ...).
+    fn name(&self) -> String;
+
+    /// A buffer of `len` f32 values.
+    fn alloc(&mut self, len: usize) -> Result<Self::Act>;
+    /// Copies host values into the start of `dst`.
+    fn write(&mut self, dst: &mut Self::Act, src: &[f32]) -> Result<()>;
+    /// Copies the start of `src` to the host.
+    fn read(&mut self, src: &Self::Act, dst: &mut [f32]) -> Result<()>;
+
+    /// out: [n, n_embd] = rows `ids` of the token embedding.
+    fn embed(&mut self, ids: &[u32], out: &mut Self::Act) -> Result<()>;
+    /// out: [n, w] = RMSNorm of x: [n, w] scaled by the norm weight `norm` ([w]).
+    fn rms_norm(
+        &mut self,
+        norm: WeightId,
+        x: &Self::Act,
+        n: usize,
+        out: &mut Self::Act,
+    ) -> Result<()>;
+    /// out: [n, rows] = x: [n, cols] · Wᵀ for the weight `w` ([rows, cols]).
+    fn matmul(&mut self, w: WeightId, x: &Self::Act, n: usize, out: &mut Self::Act) -> Result<()>;
+    /// x: [n, w] += bias ([w]) on every row.
+    fn add_bias(&mut self, bias: WeightId, x: &mut Self::Act, n: usize) -> Result<()>;
+    /// RoPE in place on x: [n, n_heads, head_dim]; token i is at position pos0 + i.
+    fn rope(&mut self, x: &mut Self::Act, n: usize, n_heads: usize, pos0: usize) -> Result<()>;
+    /// Stores k, v: [n, n_head_kv, head_dim] in layer `layer`'s KV cache at positions
+    /// pos0..pos0+n, then out: [n, n_head, head_dim] = causal attention of q: [n, n_head,
+    /// head_dim] over positions 0..=pos0+i.
+    #[allow(clippy::too_many_arguments)]
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &Self::Act,
+        k: &Self::Act,
+        v: &Self::Act,
+        n: usize,
+        pos0: usize,
+        out: &mut Self::Act,
+    ) -> Result<()>;
+    /// gate[i] = silu(gate[i]) * up[i] for the first `len` elements, in place.
+    fn swiglu(&mut self, gate: &mut Self::Act, up: &Self::Act, len: usize) -> Result<()>;
+    /// x[i] += y[i] for the first `len` elements.
+    fn add(&mut self, x: &mut Self::Act, y: &Self::Act, len: usize) -> Result<()>;
+    /// out: [n_rows, width] = rows first..first+n_rows of x: [*, width].
+    fn copy_rows(
+        &mut self,
+        x: &Self::Act,
+        first: usize,
+        n_rows: usize,
+        width: usize,
+        out: &mut Self::Act,
+    ) -> Result<()>;
+    /// Waits for queued work (GPU); a no-op on the CPU.
+    fn sync(&mut self) -> Result<()> {
+        Ok(())
+    }
+}

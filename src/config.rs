@@ -1,0 +1,180 @@
+//! Model hyper-parameters read from GGUF metadata (`<arch>.*` keys), for the llama family:
+//! llama, mistral, qwen2 (QKV bias, NeoX RoPE) and others that share the shape.
+
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+
+/// How RoPE pairs the dimensions of a head.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RopeKind {
+    /// Adjacent pairs (2i, 2i+1): ggml's "normal" mode, used by llama and mistral (the GGUF
+    /// converter permutes Q/K rows so this matches the HF checkpoints).
+    Normal,
+    /// Halves (i, i + n_rot/2): qwen2, phi3, gemma and the other NeoX-style models.
+    Neox,
+}
+
+/// Hyper-parameters of a llama-shaped decoder.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub arch: String,
+    pub n_vocab: usize,
+    pub n_embd: usize,
+    pub n_layer: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub head_dim: usize,
+    pub n_ff: usize,
+    pub n_ctx_train: usize,
+    pub rms_eps: f32,
+    pub rope_base: f32,
+    /// Multiplies positions (1 / linear scaling factor).
+    pub rope_freq_scale: f32,
+    /// Dimensions of each head that RoPE rotates.
+    pub n_rot: usize,
+    pub rope_kind: RopeKind,
+    /// The output head reuses the token embedding (no `output.weight` tensor).
+    pub tied_embeddings: bool,
+    /// Q, K and V projections have bias vectors (qwen2).
+    pub qkv_bias: bool,
+}
+
+/// Architectures whose forward pass is the llama one, with the RoPE style each uses.
+const LLAMA_LIKE: &[(&str, RopeKind)] = &[
+    ("llama", RopeKind::Normal),
+    ("mistral", RopeKind::Normal),
+    ("granite", RopeKind::Normal),
+    ("qwen2", RopeKind::Neox),
+];
+
+impl Config {
+    /// Reads the configuration, naming the key that is missing or wrong.
+    pub fn from_gguf(g: &Gguf) -> Result<Config> {
+        let arch = g.get_str("general.architecture")?.to_string();
+        let rope_kind = LLAMA_LIKE
+            .iter()
+            .find(|(a, _)| *a == arch)
+            .map(|(_, k)| *k)
+            .ok_or_else(|| {
+                Error::Config(format!(
+                    "architecture {arch:?} is not supported (supported: {})",
+                    LLAMA_LIKE
+                        .iter()
+                        .map(|(a, _)| *a)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))
+            })?;
+        let key = |k: &str| format!("{arch}.{k}");
+        let n_embd = g.get_u32(&key("embedding_length"))? as usize;
+        let n_layer = g.get_u32(&key("block_count"))? as usize;
+        let n_head = g.get_u32(&key("attention.head_count"))? as usize;
+        let n_head_kv = g
+            .opt(&key("attention.head_count_kv"), Gguf::get_u32)?
+            .map_or(n_head, |v| v as usize);
+        let n_ff = g.get_u32(&key("feed_forward_length"))? as usize;
+        let n_ctx_train = g.get_u32(&key("context_length"))? as usize;
+        let rms_eps = g.get_f32(&key("attention.layer_norm_rms_epsilon"))?;
+        let rope_base = g
+            .opt(&key("rope.freq_base"), Gguf::get_f32)?
+            .unwrap_or(10000.0);
+        let scaling_key = key("rope.scaling.type");
+        let scaling = match g.get(&scaling_key) {
+            None => None,
+            Some(_) => Some(g.get_str(&scaling_key)?),
+        };
+        let rope_freq_scale = match scaling {
+            None | Some("none") => 1.0,
+            Some("linear") => {
+                let f = g.get_f32(&key("rope.scaling.factor"))?;
+                if !(f.is_finite() && f > 0.0) {
+                    return Err(Error::Config(format!(
+                        "{} = {f} must be a positive number",
+                        key("rope.scaling.factor")
+                    )));
+                }
+                1.0 / f
+            }
+            Some(other) => {
+                return Err(Error::Config(format!(
+                    "{} = {other:?} is not supported (none, linear)",
+                    key("rope.scaling.type")
+                )))
+            }
+        };
+        if n_head == 0 || !n_embd.is_multiple_of(n_head) {
+            return Err(Error::Config(format!(
+                "embedding length {n_embd} is not divisible by the head count {n_head}"
+            )));
+        }
+        let head_dim = g
+            .opt(&key("attention.key_length"), Gguf::get_u32)?
+            .map_or(n_embd / n_head, |v| v as usize);
+        let n_rot = g
+            .opt(&key("rope.dimension_count"), Gguf::get_u32)?
+            .map_or(head_dim, |v| v as usize);
+
+        let emb = g.require_tensor("token_embd.weight")?;
+        let n_vocab = emb.n_rows() as usize;
+        let tied_embeddings = g.tensor("output.weight").is_none();
+        let qkv_bias = g.tensor("blk.0.attn_q.bias").is_some();
+
+        let c = Config {
+            arch,
+            n_vocab,
+            n_embd,
+            n_layer,
+            n_head,
+            n_head_kv,
+            head_dim,
+            n_ff,
+            n_ctx_train,
+            rms_eps,
+            rope_base,
+            rope_freq_scale,
+            n_rot,
+            rope_kind,
+            tied_embeddings,
+            qkv_bias,
+        };
+        c.validate()?;
+        Ok(c)
+    }
+
+    /// Consistency checks that would otherwise surface as out-of-bounds slices.
+    pub fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::Config(m));
+        if self.n_layer == 0 || self.n_embd == 0 || self.n_ff == 0 || self.n_vocab == 0 {
+            return bad(format!("empty model dimensions: {self:?}"));
+        }
+        if self.n_head_kv == 0 || !self.n_head.is_multiple_of(self.n_head_kv) {
+            return bad(format!(
+                "head count {} is not a multiple of the KV head count {}",
+                self.n_head, self.n_head_kv
+            ));
+        }
+        if self.n_rot > self.head_dim || !self.n_rot.is_multiple_of(2) {
+            return bad(format!(
+                "RoPE dimension count {} must be even and at most the head size {}",
+                self.n_rot, self.head_dim
+            ));
+        }
+        if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
+            return bad(format!("RMS norm epsilon {} is not valid", self.rms_eps));
+        }
+        if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
+            return bad(format!("RoPE base {} is not valid", self.rope_base));
+        }
+        Ok(())
+    }
+
+    /// Width of the Q projection output.
+    pub fn q_dim(&self) -> usize {
+        self.n_head * self.head_dim
+    }
+
+    /// Width of the K and V projection outputs.
+    pub fn kv_dim(&self) -> usize {
+        self.n_head_kv * self.head_dim
+    }
+}

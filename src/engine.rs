@@ -1,0 +1,403 @@
+//! Loading a model and running it: the library API the CLI is built on.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::config::Config;
+use crate::cpu_backend::CpuBackend;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::model::{self, Logits, Scratch};
+use crate::sampler::{top_probs, Sampler};
+use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// How to load a model.
+#[derive(Debug, Clone, Default)]
+pub struct LoadOptions {
+    /// Worker threads for the CPU backend; `None` uses every core.
+    pub threads: Option<usize>,
+}
+
+/// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
+pub struct Model {
+    gguf: Arc<Gguf>,
+    config: Config,
+    tokenizer: Tokenizer,
+    chat_template: Option<String>,
+    pool: Arc<rayon::ThreadPool>,
+    load_time: Duration,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl Model {
+    /// Maps and validates the GGUF file and reads the configuration and tokenizer. Weights stay
+    /// in the map: the CPU backend reads them from there.
+    pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Model> {
+        Self::load_with_progress(path, opts, &mut |_, _| {})
+    }
+
+    /// `load`, reporting (bytes done, bytes total) while it pages the weights in from storage,
+    /// so the first token is not slowed by page faults and a slow disk shows as progress.
+    pub fn load_with_progress(
+        path: impl AsRef<Path>,
+        opts: &LoadOptions,
+        progress: &mut dyn FnMut(u64, u64),
+    ) -> Result<Model> {
+        let t0 = Instant::now();
+        let gguf = Arc::new(Gguf::open(path)?);
+        prefault(&gguf, progress);
+        let config = Config::from_gguf(&gguf)?;
+        let tokenizer = Tokenizer::from_gguf(&gguf)?;
+        let chat_template = crate::chat::template_from_gguf(&gguf);
+        let mut pb = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("memwall-cpu-{i}"));
+        if let Some(n) = opts.threads {
+            if n == 0 {
+                return Err(Error::InvalidArgument("threads must be at least 1".into()));
+            }
+            pb = pb.num_threads(n);
+        }
+        let pool = pb
+            .build()
+            .map_err(|e| Error::InvalidArgument(format!("cannot start worker threads: {e}")))?;
+        // Check every weight the forward pass will touch now, so a bad file fails at load and
+        // not in the middle of a generation.
+        CpuBackend::check_weights(&gguf, &config)?;
+        Ok(Model {
+            gguf,
+            config,
+            tokenizer,
+            chat_template,
+            pool: Arc::new(pool),
+            load_time: t0.elapsed(),
+        })
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+    pub fn gguf(&self) -> &Gguf {
+        &self.gguf
+    }
+    pub fn chat_template(&self) -> Option<&str> {
+        self.chat_template.as_deref()
+    }
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+
+    /// Renders chat messages with the model's own template, ending with the assistant's turn.
+    pub fn render_chat(&self, messages: &[crate::chat::ChatMessage]) -> Result<String> {
+        let tmpl = self.chat_template.as_deref().ok_or_else(|| {
+            Error::ChatTemplate("the model has no tokenizer.chat_template".into())
+        })?;
+        let tok = &self.tokenizer;
+        let piece = |id: Option<u32>| {
+            id.map(|i| tok.token_text(i).to_string())
+                .unwrap_or_default()
+        };
+        crate::chat::apply_chat_template(tmpl, messages, true, &piece(tok.bos()), &piece(tok.eos()))
+    }
+
+    /// Starts a session with a context of `n_ctx` tokens (0: the model's training context,
+    /// capped at 4096 as llama.cpp does by default).
+    pub fn session(self: &Arc<Self>, n_ctx: usize) -> Result<Session> {
+        Session::new(self.clone(), n_ctx)
+    }
+}
+
+/// Reads one byte per page of every tensor so the OS maps the weights in now.
+fn prefault(g: &Gguf, progress: &mut dyn FnMut(u64, u64)) {
+    const PAGE: usize = 4096;
+    let total: u64 = g.tensors().iter().map(|t| t.n_bytes).sum();
+    let mut done = 0u64;
+    let mut acc = 0u8;
+    for t in g.tensors() {
+        let data = g.tensor_data(t);
+        acc ^= data.iter().step_by(PAGE).fold(0u8, |a, &b| a ^ b);
+        done += t.n_bytes;
+        progress(done, total);
+    }
+    std::hint::black_box(acc);
+}
+
+/// The model used when none is given: `$MEMWALL_MODEL`, else the test model where
+/// `scripts/fetch-model.sh` caches it.
+pub fn default_model_path() -> std::path::PathBuf {
+    if let Some(p) = std::env::var_os("MEMWALL_MODEL") {
+        return p.into();
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| ".".into());
+    Path::new(&home).join(".cache/memwall/SmolLM2-135M-Instruct.Q4_1.gguf")
+}
+
+/// Why a generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StopReason {
+    /// An end-of-generation token (not part of the text).
+    Eog,
+    /// The requested number of tokens.
+    Limit,
+    /// The context is full.
+    ContextFull,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+/// Timings of one generation.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct Timings {
+    pub load_ms: f64,
+    /// From the start of the prompt's evaluation to the first sampled token.
+    pub ttft_ms: f64,
+    pub prefill_tps: f64,
+    pub decode_tps: f64,
+    pub n_prompt: usize,
+    pub n_decoded: usize,
+}
+
+/// What `generate` returns.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    pub generated_ids: Vec<u32>,
+    pub text: String,
+    /// For each generated token, the `n_probs` most likely tokens (softmax of raw logits).
+    pub top_probs: Vec<Vec<(u32, f64)>>,
+    pub stop: StopReason,
+    pub timings: Timings,
+}
+
+/// A conversation's state: the KV cache and the tokens it holds.
+pub struct Session {
+    model: Arc<Model>,
+    backend: CpuBackend,
+    scratch: Scratch<Vec<f32>>,
+    tokens: Vec<u32>,
+    n_ctx: usize,
+}
+
+/// Tokens per forward batch in prefill: large enough to read each weight once for many
+/// tokens, small enough to keep the activations in cache.
+const PREFILL_BATCH: usize = 64;
+
+impl Session {
+    pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
+        let cfg = &model.config;
+        let n_ctx = if n_ctx == 0 {
+            cfg.n_ctx_train.min(4096)
+        } else {
+            n_ctx
+        };
+        let mut backend = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
+        let scratch = Scratch::new(&mut backend, cfg, PREFILL_BATCH)?;
+        Ok(Session {
+            model,
+            backend,
+            scratch,
+            tokens: Vec::new(),
+            n_ctx,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<Model> {
+        &self.model
+    }
+    pub fn n_ctx(&self) -> usize {
+        self.n_ctx
+    }
+    /// Tokens whose keys and values are in the cache.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+    /// Forgets the cached tokens.
+    pub fn reset(&mut self) {
+        self.tokens.clear();
+    }
+
+    /// Appends `ids` to the context and returns the wanted logits ([rows, n_vocab]).
+    pub fn eval(&mut self, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
+        let n_vocab = self.model.config.n_vocab;
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        if self.tokens.len() + ids.len() > self.n_ctx {
+            return Err(Error::ContextOverflow {
+                n_prompt: self.tokens.len() + ids.len(),
+                n_ctx: self.n_ctx,
+            });
+        }
+        let mut logits = Vec::new();
+        let pos0 = self.tokens.len();
+        let (b, s, cfg) = (&mut self.backend, &mut self.scratch, &self.model.config);
+        self.model
+            .pool
+            .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?;
+        self.tokens.extend_from_slice(ids);
+        Ok(logits)
+    }
+
+    /// Generates up to `max_new` tokens after `prompt` (evaluated on top of what the session
+    /// holds), calling `on_text` with each new piece of text as soon as it is complete UTF-8;
+    /// `on_text` returns false to stop.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        max_new: usize,
+        sampler: &mut Sampler,
+        n_probs: usize,
+        mut on_text: impl FnMut(&str) -> bool,
+    ) -> Result<Generation> {
+        if prompt.is_empty() {
+            return Err(Error::InvalidArgument("the prompt is empty".into()));
+        }
+        if self.tokens.len() + prompt.len() > self.n_ctx {
+            return Err(Error::ContextOverflow {
+                n_prompt: self.tokens.len() + prompt.len(),
+                n_ctx: self.n_ctx,
+            });
+        }
+        let model = self.model.clone();
+        let tok = model.tokenizer();
+        let mut out = Generation {
+            generated_ids: Vec::new(),
+            text: String::new(),
+            top_probs: Vec::new(),
+            stop: StopReason::Limit,
+            timings: Timings {
+                load_ms: model.load_time.as_secs_f64() * 1e3,
+                n_prompt: prompt.len(),
+                ..Default::default()
+            },
+        };
+        let t0 = Instant::now();
+        let mut logits = self.eval(prompt, Logits::Last)?;
+        let prefill = t0.elapsed();
+        out.timings.prefill_tps = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
+        let mut decoder = StreamDecoder::new(tok, false);
+        let mut history = self.tokens.clone();
+        let mut t_decode = Duration::ZERO;
+        loop {
+            if out.generated_ids.len() >= max_new {
+                out.stop = StopReason::Limit;
+                break;
+            }
+            let id = sampler.sample(&logits, &history);
+            if out.generated_ids.is_empty() {
+                out.timings.ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+            }
+            if n_probs > 0 {
+                out.top_probs.push(top_probs(&logits, n_probs));
+            }
+            out.generated_ids.push(id);
+            history.push(id);
+            if tok.is_eog(id) {
+                out.stop = StopReason::Eog;
+                break;
+            }
+            let piece = decoder.push(id);
+            out.text.push_str(&piece);
+            if !piece.is_empty() && !on_text(&piece) {
+                out.stop = StopReason::Cancelled;
+                break;
+            }
+            if out.generated_ids.len() >= max_new {
+                out.stop = StopReason::Limit;
+                break;
+            }
+            if self.tokens.len() >= self.n_ctx {
+                out.stop = StopReason::ContextFull;
+                break;
+            }
+            let t = Instant::now();
+            logits = self.eval(&[id], Logits::Last)?;
+            t_decode += t.elapsed();
+            out.timings.n_decoded += 1;
+        }
+        let rest = decoder.flush();
+        if !rest.is_empty() {
+            out.text.push_str(&rest);
+            on_text(&rest);
+        }
+        if out.timings.n_decoded > 0 {
+            out.timings.decode_tps = out.timings.n_decoded as f64 / t_decode.as_secs_f64();
+        }
+        Ok(out)
+    }
+}
+
+/// Result of a perplexity run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Perplexity {
+    pub ppl: f64,
+    /// Standard error of the perplexity estimate (as llama-perplexity prints it).
+    pub ppl_err: f64,
+    pub n_chunks: usize,
+    pub n_scored: usize,
+}
+
+/// Perplexity the way llama.cpp's llama-perplexity computes it: consecutive windows of
+/// `n_ctx` tokens, each evaluated from an empty cache, scoring the predictions of the second
+/// half of each window. `on_chunk(i, running_ppl)` reports progress.
+pub fn perplexity(
+    model: &Arc<Model>,
+    tokens: &[u32],
+    n_ctx: usize,
+    mut on_chunk: impl FnMut(usize, f64),
+) -> Result<Perplexity> {
+    if n_ctx < 8 {
+        return Err(Error::InvalidArgument(format!(
+            "context {n_ctx} is too small for perplexity"
+        )));
+    }
+    let n_chunks = tokens.len() / n_ctx;
+    if n_chunks == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "the text has {} tokens, fewer than one window of {n_ctx}",
+            tokens.len()
+        )));
+    }
+    let n_vocab = model.config.n_vocab;
+    let mut session = Session::new(model.clone(), n_ctx)?;
+    let first = n_ctx / 2;
+    let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    for c in 0..n_chunks {
+        let window = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        session.reset();
+        // [n_ctx - first, n_vocab]: logits of the scored half only.
+        let logits = session.eval(window, Logits::From(first))?;
+        for j in first..n_ctx - 1 {
+            let r = j - first;
+            let row = &logits[r * n_vocab..(r + 1) * n_vocab];
+            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
+            let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
+            let target = window[j + 1] as usize;
+            let lp = row[target] as f64 - max - sum.ln();
+            nll -= lp;
+            nll2 += lp * lp;
+            count += 1;
+        }
+        on_chunk(c, (nll / count as f64).exp());
+    }
+    let mean = nll / count as f64;
+    let var = (nll2 / count as f64 - mean * mean).max(0.0);
+    let ppl = mean.exp();
+    Ok(Perplexity {
+        ppl,
+        ppl_err: ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt(),
+        n_chunks,
+        n_scored: count,
+    })
+}

@@ -1,0 +1,174 @@
+//! The llama-family forward pass, written once against `Backend`.
+//!
+//! It is split into stages (embedding, one transformer block, output head) so the scheduler
+//! can later run each stage on a different backend and move the hidden state between them.
+
+use crate::backend::{Backend, WeightId};
+use crate::config::Config;
+use crate::error::{Error, Result};
+
+/// Which logits a forward call returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// None (prefill of a prompt prefix whose predictions nobody reads).
+    None,
+    /// The last token's: what sampling needs.
+    Last,
+    /// Every token's.
+    All,
+    /// The tokens' from index k of this call on (perplexity scores the second half).
+    From(usize),
+}
+
+/// Activation buffers of one backend for batches of up to `batch` tokens, made once.
+pub struct Scratch<A> {
+    pub batch: usize,
+    /// [batch, n_embd] hidden state (the residual stream).
+    pub x: A,
+    /// [batch, n_embd] normalised hidden state.
+    pub h: A,
+    /// [batch, n_head * head_dim]
+    pub q: A,
+    /// [batch, n_head_kv * head_dim]
+    pub k: A,
+    /// [batch, n_head_kv * head_dim]
+    pub v: A,
+    /// [batch, n_head * head_dim] attention output
+    pub att: A,
+    /// [batch, n_embd] projection output
+    pub o: A,
+    /// [batch, n_ff] gate projection, then SwiGLU result
+    pub g: A,
+    /// [batch, n_ff] up projection
+    pub u: A,
+    /// [batch, n_embd] rows whose logits are wanted
+    pub sel: A,
+    /// [batch, n_vocab] logits
+    pub logits: A,
+}
+
+impl<A> Scratch<A> {
+    pub fn new<B: Backend<Act = A>>(b: &mut B, cfg: &Config, batch: usize) -> Result<Self> {
+        if batch == 0 {
+            return Err(Error::InvalidArgument(
+                "batch size must be at least 1".into(),
+            ));
+        }
+        Ok(Scratch {
+            batch,
+            x: b.alloc(batch * cfg.n_embd)?,
+            h: b.alloc(batch * cfg.n_embd)?,
+            q: b.alloc(batch * cfg.q_dim())?,
+            k: b.alloc(batch * cfg.kv_dim())?,
+            v: b.alloc(batch * cfg.kv_dim())?,
+            att: b.alloc(batch * cfg.q_dim())?,
+            o: b.alloc(batch * cfg.n_embd)?,
+            g: b.alloc(batch * cfg.n_ff)?,
+            u: b.alloc(batch * cfg.n_ff)?,
+            sel: b.alloc(batch * cfg.n_embd)?,
+            logits: b.alloc(batch * cfg.n_vocab)?,
+        })
+    }
+}
+
+/// x = embedding rows of `ids` (n = ids.len() ≤ batch).
+pub fn embed_stage<B: Backend>(b: &mut B, s: &mut Scratch<B::Act>, ids: &[u32]) -> Result<()> {
+    b.embed(ids, &mut s.x)
+}
+
+/// One transformer block on s.x ([n, n_embd]) for tokens at positions pos0..pos0+n.
+pub fn layer_stage<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    l: usize,
+    n: usize,
+    pos0: usize,
+) -> Result<()> {
+    use WeightId::*;
+    // Attention block.
+    b.rms_norm(AttnNorm(l), &s.x, n, &mut s.h)?;
+    b.matmul(Wq(l), &s.h, n, &mut s.q)?;
+    b.matmul(Wk(l), &s.h, n, &mut s.k)?;
+    b.matmul(Wv(l), &s.h, n, &mut s.v)?;
+    if cfg.qkv_bias {
+        b.add_bias(Bq(l), &mut s.q, n)?;
+        b.add_bias(Bk(l), &mut s.k, n)?;
+        b.add_bias(Bv(l), &mut s.v, n)?;
+    }
+    b.rope(&mut s.q, n, cfg.n_head, pos0)?;
+    b.rope(&mut s.k, n, cfg.n_head_kv, pos0)?;
+    b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
+    b.matmul(Wo(l), &s.att, n, &mut s.o)?;
+    b.add(&mut s.x, &s.o, n * cfg.n_embd)?;
+    // Feed-forward block.
+    b.rms_norm(FfnNorm(l), &s.x, n, &mut s.h)?;
+    b.matmul(Gate(l), &s.h, n, &mut s.g)?;
+    b.matmul(Up(l), &s.h, n, &mut s.u)?;
+    // SwiGLU written over the gate buffer: each element reads only its own inputs.
+    b.swiglu(&mut s.g, &s.u, n * cfg.n_ff)?;
+    b.matmul(Down(l), &s.g, n, &mut s.o)?;
+    b.add(&mut s.x, &s.o, n * cfg.n_embd)
+}
+
+/// Final norm and output head for rows first..first+n_rows of s.x; leaves s.logits:
+/// [n_rows, n_vocab].
+pub fn head_stage<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    first: usize,
+    n_rows: usize,
+) -> Result<()> {
+    b.copy_rows(&s.x, first, n_rows, cfg.n_embd, &mut s.sel)?;
+    b.rms_norm(WeightId::OutputNorm, &s.sel, n_rows, &mut s.h)?;
+    let out = if cfg.tied_embeddings {
+        WeightId::TokEmbd
+    } else {
+        WeightId::Output
+    };
+    b.matmul(out, &s.h, n_rows, &mut s.logits)
+}
+
+/// Runs `tokens` at positions pos0.. through the whole model on one backend, in batches of
+/// at most s.batch tokens, and appends the wanted logits to `logits_out` ([rows, n_vocab]).
+pub fn forward<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    tokens: &[u32],
+    pos0: usize,
+    want: Logits,
+    logits_out: &mut Vec<f32>,
+) -> Result<()> {
+    let n_total = tokens.len();
+    let mut done = 0;
+    for chunk in tokens.chunks(s.batch) {
+        let n = chunk.len();
+        let pos = pos0 + done;
+        embed_stage(b, s, chunk)?;
+        for l in 0..cfg.n_layer {
+            layer_stage(b, cfg, s, l, n, pos)?;
+        }
+        let start_idx = done;
+        done += n;
+        let rows = match want {
+            Logits::None => None,
+            Logits::Last if done == n_total => Some((n - 1, 1)),
+            Logits::Last => None,
+            Logits::All => Some((0, n)),
+            Logits::From(k) if k < done => {
+                let first = k.saturating_sub(start_idx);
+                Some((first, n - first))
+            }
+            Logits::From(_) => None,
+        };
+        if let Some((first, n_rows)) = rows {
+            head_stage(b, cfg, s, first, n_rows)?;
+            let start = logits_out.len();
+            logits_out.resize(start + n_rows * cfg.n_vocab, 0.0);
+            b.read(&s.logits, &mut logits_out[start..])?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,294 @@
+//! The architectures that share llama's shape, on small synthetic models written with the GGUF
+//! writer: llama with tied embeddings, mistral with an output head, qwen2 with QKV biases and
+//! NeoX RoPE. For each, the CPU backend's logits match a forward pass built from kernels-ref
+//! alone, in one batch and token by token, across weight formats.
+
+mod common;
+
+use std::sync::Arc;
+
+use common::{reference_forward, rel_err};
+use kernels_ref::GgmlType;
+use memwall::engine::{LoadOptions, Model};
+use memwall::gguf::{Gguf, Value};
+use memwall::gguf_writer::GgufWriter;
+use memwall::model::Logits;
+
+const N_EMBD: usize = 64;
+const N_HEAD: usize = 4;
+const N_HEAD_KV: usize = 2;
+const HEAD_DIM: usize = 16;
+const N_FF: usize = 96;
+const N_LAYER: usize = 2;
+const N_VOCAB: usize = 257;
+
+/// Deterministic pseudo-random values, roughly N(0, scale²) with an outlier now and then.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> f32 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        let u: f32 = (0..4)
+            .map(|i| ((self.0 >> (16 * i)) & 0xffff) as f32 / 65535.0)
+            .sum();
+        (u - 2.0) * 1.7
+    }
+    fn vec(&mut self, n: usize, scale: f32) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = self.next() * scale;
+                if i % 97 == 13 {
+                    v * 6.0
+                } else {
+                    v
+                }
+            })
+            .collect()
+    }
+}
+
+/// GPT-2's byte-to-unicode map: the vocabulary of a byte-level BPE with no merges.
+fn byte_tokens() -> Vec<String> {
+    let mut printable: Vec<u32> = (b'!' as u32..=b'~' as u32).collect();
+    printable.extend(0xa1..=0xac);
+    printable.extend(0xae..=0xff);
+    let mut extra = 0;
+    (0u32..256)
+        .map(|b| {
+            let c = if printable.contains(&b) {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            char::from_u32(c).unwrap().to_string()
+        })
+        .collect()
+}
+
+struct Variant {
+    arch: &'static str,
+    tied: bool,
+    bias: bool,
+    matrix_type: GgmlType,
+}
+
+fn write_model(v: &Variant, path: &std::path::Path) {
+    let mut rng = Rng(0x9e3779b97f4a7c15 ^ v.matrix_type as u64);
+    let mut tokens = byte_tokens();
+    tokens.push("<|endoftext|>".into());
+    let mut types = vec![Value::I32(1); 256];
+    types.push(Value::I32(3));
+    let a = v.arch;
+    let mut w = GgufWriter::new()
+        .metadata("general.architecture", Value::String(a.into()))
+        .metadata(format!("{a}.block_count"), Value::U32(N_LAYER as u32))
+        .metadata(format!("{a}.context_length"), Value::U32(256))
+        .metadata(format!("{a}.embedding_length"), Value::U32(N_EMBD as u32))
+        .metadata(format!("{a}.feed_forward_length"), Value::U32(N_FF as u32))
+        .metadata(
+            format!("{a}.attention.head_count"),
+            Value::U32(N_HEAD as u32),
+        )
+        .metadata(
+            format!("{a}.attention.head_count_kv"),
+            Value::U32(N_HEAD_KV as u32),
+        )
+        .metadata(
+            format!("{a}.attention.layer_norm_rms_epsilon"),
+            Value::F32(1e-6),
+        )
+        .metadata(format!("{a}.rope.freq_base"), Value::F32(10000.0))
+        .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
+        .metadata("tokenizer.ggml.pre", Value::String("default".into()))
+        .metadata(
+            "tokenizer.ggml.tokens",
+            Value::Array(
+                memwall::gguf::ValueType::String,
+                tokens.into_iter().map(Value::String).collect(),
+            ),
+        )
+        .metadata(
+            "tokenizer.ggml.token_type",
+            Value::Array(memwall::gguf::ValueType::I32, types),
+        )
+        .metadata(
+            "tokenizer.ggml.merges",
+            Value::Array(memwall::gguf::ValueType::String, vec![]),
+        )
+        .metadata("tokenizer.ggml.eos_token_id", Value::U32(256));
+    let mat = |w: GgufWriter, name: String, rows: usize, cols: usize, rng: &mut Rng| {
+        let x = rng.vec(rows * cols, 0.5 / (cols as f32).sqrt() * 3.0);
+        let bytes = kernels_ref::quantize(v.matrix_type, &x).unwrap();
+        w.tensor(name, v.matrix_type, &[cols as u64, rows as u64], bytes)
+    };
+    // The embedding is stored Q8_0 as in the test model.
+    let emb = rng.vec(N_VOCAB * N_EMBD, 1.0);
+    w = w.tensor(
+        "token_embd.weight",
+        GgmlType::Q8_0,
+        &[N_EMBD as u64, N_VOCAB as u64],
+        kernels_ref::quantize(GgmlType::Q8_0, &emb).unwrap(),
+    );
+    let norm = |rng: &mut Rng| {
+        rng.vec(N_EMBD, 0.1)
+            .iter()
+            .map(|v| 1.0 + v)
+            .collect::<Vec<_>>()
+    };
+    w = w.tensor_f32("output_norm.weight", &[N_EMBD as u64], &norm(&mut rng));
+    if !v.tied {
+        w = mat(w, "output.weight".into(), N_VOCAB, N_EMBD, &mut rng);
+    }
+    let (q, kv) = (N_HEAD * HEAD_DIM, N_HEAD_KV * HEAD_DIM);
+    for l in 0..N_LAYER {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        w = w.tensor_f32(p("attn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
+        w = w.tensor_f32(p("ffn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
+        w = mat(w, p("attn_q.weight"), q, N_EMBD, &mut rng);
+        w = mat(w, p("attn_k.weight"), kv, N_EMBD, &mut rng);
+        w = mat(w, p("attn_v.weight"), kv, N_EMBD, &mut rng);
+        w = mat(w, p("attn_output.weight"), N_EMBD, q, &mut rng);
+        w = mat(w, p("ffn_gate.weight"), N_FF, N_EMBD, &mut rng);
+        w = mat(w, p("ffn_up.weight"), N_FF, N_EMBD, &mut rng);
+        w = mat(w, p("ffn_down.weight"), N_EMBD, N_FF, &mut rng);
+        if v.bias {
+            w = w.tensor_f32(p("attn_q.bias"), &[q as u64], &rng.vec(q, 0.5));
+            w = w.tensor_f32(p("attn_k.bias"), &[kv as u64], &rng.vec(kv, 0.5));
+            w = w.tensor_f32(p("attn_v.bias"), &[kv as u64], &rng.vec(kv, 0.5));
+        }
+    }
+    w.write_to(path).unwrap();
+}
+
+#[test]
+fn llama_mistral_qwen2_match_the_reference() {
+    let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let variants = [
+        Variant {
+            arch: "llama",
+            tied: true,
+            bias: false,
+            matrix_type: GgmlType::Q4_1,
+        },
+        Variant {
+            arch: "llama",
+            tied: false,
+            bias: false,
+            matrix_type: GgmlType::Q8_0,
+        },
+        Variant {
+            arch: "mistral",
+            tied: false,
+            bias: false,
+            matrix_type: GgmlType::Q4_0,
+        },
+        Variant {
+            arch: "qwen2",
+            tied: false,
+            bias: true,
+            matrix_type: GgmlType::F16,
+        },
+        Variant {
+            arch: "qwen2",
+            tied: true,
+            bias: true,
+            matrix_type: GgmlType::Q5_1,
+        },
+    ];
+    for v in &variants {
+        let path = dir.join(format!("{}-{}.gguf", v.arch, v.matrix_type));
+        write_model(v, &path);
+        let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+        let c = model.config().clone();
+        assert_eq!(c.tied_embeddings, v.tied);
+        assert_eq!(c.qkv_bias, v.bias);
+        let g = Gguf::open(&path).unwrap();
+        let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen & llama!", false, false);
+        assert_eq!(ids.len(), 17, "one token per byte with no merges");
+        let want = reference_forward(&g, &c, &ids);
+        let mut s = model.session(64).unwrap();
+        let got = s.eval(&ids, Logits::All).unwrap();
+        let e = rel_err(&got, &want);
+        eprintln!(
+            "{} {} tied={} bias={}: max rel err {e:.2e}",
+            v.arch, v.matrix_type, v.tied, v.bias
+        );
+        assert!(
+            e < 0.03,
+            "{} {}: logits differ by {e}",
+            v.arch,
+            v.matrix_type
+        );
+        let mut s = model.session(64).unwrap();
+        let mut step = Vec::new();
+        for &id in &ids {
+            step.extend(s.eval(&[id], Logits::All).unwrap());
+        }
+        let e = rel_err(&step, &got);
+        assert!(
+            e < 1e-3,
+            "{} {}: decode differs from prefill by {e}",
+            v.arch,
+            v.matrix_type
+        );
+    }
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn unsupported_architecture_and_missing_tensor_are_named() {
+    let dir = std::env::temp_dir().join(format!("memwall-arch-bad-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("m.gguf");
+    write_model(
+        &Variant {
+            arch: "llama",
+            tied: true,
+            bias: false,
+            matrix_type: GgmlType::Q8_0,
+        },
+        &path,
+    );
+    // Same file with another architecture name.
+    let g = Gguf::open(&path).unwrap();
+    let mut w = GgufWriter::new();
+    for (k, val) in g.metadata() {
+        let val = if k == "general.architecture" {
+            Value::String("mamba".into())
+        } else {
+            val.clone()
+        };
+        w = w.metadata(k.clone(), val);
+    }
+    for t in g.tensors() {
+        w = w.tensor(t.name.clone(), t.ty, &t.dims, g.tensor_data(t).to_vec());
+    }
+    let bad = dir.join("mamba.gguf");
+    w.write_to(&bad).unwrap();
+    let err = Model::load(&bad, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("\"mamba\" is not supported"), "{err}");
+    // Without one layer's ffn_down.
+    let mut w = GgufWriter::new();
+    for (k, val) in g.metadata() {
+        w = w.metadata(k.clone(), val.clone());
+    }
+    for t in g
+        .tensors()
+        .iter()
+        .filter(|t| t.name != "blk.1.ffn_down.weight")
+    {
+        w = w.tensor(t.name.clone(), t.ty, &t.dims, g.tensor_data(t).to_vec());
+    }
+    let bad = dir.join("missing.gguf");
+    w.write_to(&bad).unwrap();
+    let err = Model::load(&bad, &LoadOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("blk.1.ffn_down.weight"), "{err}");
+    std::fs::remove_dir_all(&dir).ok();
+}

@@ -1,0 +1,188 @@
+//! The `memwall` binary as a user meets it: --help for every command, `run --json` output
+//! shape, `tokenize`, errors that name the problem and exit non-zero without a panic.
+
+mod common;
+
+use std::process::{Command, Output};
+
+fn memwall(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(args)
+        .output()
+        .expect("memwall binary runs")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn every_command_has_help() {
+    for cmd in ["run", "tokenize", "perplexity", "inspect", "check"] {
+        let o = memwall(&[cmd, "--help"]);
+        assert!(o.status.success(), "{cmd} --help failed: {}", stderr(&o));
+        assert!(
+            stdout(&o).contains("Usage: memwall"),
+            "{cmd} --help: {}",
+            stdout(&o)
+        );
+    }
+    let o = memwall(&["--help"]);
+    for cmd in ["run", "tokenize", "perplexity", "inspect", "check"] {
+        assert!(stdout(&o).contains(cmd), "top-level help lacks {cmd}");
+    }
+}
+
+#[test]
+fn run_json_reports_ids_text_timings_and_probs() {
+    let model = common::model_path();
+    let o = memwall(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "8",
+        "--temp",
+        "0",
+        "--n-probs",
+        "3",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let last = out.lines().last().expect("a JSON line");
+    let v: serde_json::Value = serde_json::from_str(last).unwrap();
+    assert_eq!(
+        v["prompt_ids"],
+        serde_json::json!([504, 3575, 282, 4649, 314])
+    );
+    let gen = v["generated_ids"].as_array().unwrap();
+    assert_eq!(gen.len(), 8);
+    // llama.cpp's greedy continuation starts with " Paris." (../shared/reference/greedy.jsonl).
+    assert_eq!(gen[0], 7042);
+    assert!(v["text"].as_str().unwrap().starts_with(" Paris"));
+    for k in ["load_ms", "ttft_ms", "prefill_tps", "decode_tps"] {
+        let t = v["timings"][k].as_f64().unwrap_or(-1.0);
+        assert!(t > 0.0, "timing {k} = {t}");
+    }
+    let probs = v["top_probs"].as_array().unwrap();
+    assert_eq!(probs.len(), 8);
+    for (step, id) in probs.iter().zip(gen) {
+        let step = step.as_array().unwrap();
+        assert_eq!(step.len(), 3);
+        // Greedy: the chosen token is the most likely one, and probabilities are sorted.
+        assert_eq!(&step[0]["id"], id);
+        let p: Vec<f64> = step.iter().map(|t| t["prob"].as_f64().unwrap()).collect();
+        assert!(
+            p.windows(2).all(|w| w[0] >= w[1]) && p[0] <= 1.0 && p[2] > 0.0,
+            "{p:?}"
+        );
+    }
+}
+
+#[test]
+fn run_streams_text_and_prints_timings() {
+    let model = common::model_path();
+    let o = memwall(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with(" Paris"), "{}", stdout(&o));
+    let err = stderr(&o);
+    for k in ["load", "first token", "prefill", "decode"] {
+        assert!(err.contains(k), "timings line lacks {k}: {err}");
+    }
+}
+
+#[test]
+fn chat_uses_the_models_template() {
+    let model = common::model_path();
+    let o = memwall(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        "Hi",
+        "-n",
+        "2",
+        "--temp",
+        "0",
+        "--chat",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    let ids: Vec<u32> = serde_json::from_value(v["prompt_ids"].clone()).unwrap();
+    // <|im_start|> = 1, <|im_end|> = 2 in this vocabulary: the template's markers are parsed
+    // as special tokens, and the prompt ends with the assistant's turn opening.
+    assert_eq!(ids[0], 1);
+    assert_eq!(ids.iter().filter(|&&t| t == 1).count(), 3);
+    assert_eq!(ids.iter().filter(|&&t| t == 2).count(), 2);
+}
+
+#[test]
+fn tokenize_prints_a_json_array() {
+    let model = common::model_path();
+    let o = memwall(&[
+        "tokenize",
+        "-m",
+        model.to_str().unwrap(),
+        "The capital of France is",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(stdout(&o).trim(), "[504,3575,282,4649,314]");
+}
+
+#[test]
+fn prompt_longer_than_the_context_is_a_clear_error() {
+    let model = common::model_path();
+    let long = "word ".repeat(100);
+    let o = memwall(&[
+        "run",
+        "-m",
+        model.to_str().unwrap(),
+        "-p",
+        &long,
+        "-c",
+        "16",
+        "-n",
+        "4",
+    ]);
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(err.contains("does not fit the context of 16"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn missing_and_non_gguf_files_are_clear_errors() {
+    let o = memwall(&["run", "-m", "/nonexistent/model.gguf", "-p", "x"]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("/nonexistent/model.gguf"),
+        "{}",
+        stderr(&o)
+    );
+    let dir = std::env::temp_dir().join(format!("memwall-cli-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bogus = dir.join("bogus.gguf");
+    std::fs::write(&bogus, b"this is not a gguf file at all").unwrap();
+    let o = memwall(&["run", "-m", bogus.to_str().unwrap(), "-p", "x"]);
+    assert!(!o.status.success());
+    assert!(stderr(&o).contains("not a GGUF file"), "{}", stderr(&o));
+    assert!(!stderr(&o).contains("panicked"));
+}

@@ -1,0 +1,99 @@
+//! A llama-family forward pass built from kernels-ref's reference ops alone: the oracle the
+//! engine's forward pass is compared with.
+
+use memwall::config::{Config, RopeKind};
+use memwall::gguf::Gguf;
+
+/// Raw bytes, type, rows and cols of matrix `name`.
+fn mat(g: &Gguf, name: &str) -> (Vec<u8>, kernels_ref::GgmlType, usize, usize) {
+    let t = g.require_tensor(name).unwrap();
+    (
+        g.tensor_data(t).to_vec(),
+        t.ty,
+        t.dims[1] as usize,
+        t.dims[0] as usize,
+    )
+}
+
+fn vecf(g: &Gguf, name: &str) -> Vec<f32> {
+    let t = g.require_tensor(name).unwrap();
+    kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), t.n_elements as usize).unwrap()
+}
+
+/// y: [n, rows] = x: [n, cols] · Wᵀ.
+fn matmul(g: &Gguf, name: &str, x: &[f32], n: usize) -> Vec<f32> {
+    let (w, ty, rows, cols) = mat(g, name);
+    let mut y = vec![f32::NAN; n * rows];
+    kernels_ref::matmul(ty, &w, rows, cols, x, n, &mut y).unwrap();
+    y
+}
+
+/// Logits [n, n_vocab] of `ids` from position 0.
+pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
+    let n = ids.len();
+    let e = c.n_embd;
+    let (emb, ety, _, _) = mat(g, "token_embd.weight");
+    let mut x = vec![0f32; n * e];
+    for (i, &id) in ids.iter().enumerate() {
+        kernels_ref::embedding(ety, &emb, e, id as usize, &mut x[i * e..(i + 1) * e]).unwrap();
+    }
+    let neox = c.rope_kind == RopeKind::Neox;
+    let mut h = vec![0f32; n * e];
+    let (qd, kd) = (c.q_dim(), c.kv_dim());
+    for l in 0..c.n_layer {
+        let p = |s: &str| format!("blk.{l}.{s}");
+        kernels_ref::rms_norm(&x, &vecf(g, &p("attn_norm.weight")), c.rms_eps, &mut h);
+        let mut q = matmul(g, &p("attn_q.weight"), &h, n);
+        let mut k = matmul(g, &p("attn_k.weight"), &h, n);
+        let mut v = matmul(g, &p("attn_v.weight"), &h, n);
+        if c.qkv_bias {
+            for (t, name) in [
+                (&mut q, "attn_q.bias"),
+                (&mut k, "attn_k.bias"),
+                (&mut v, "attn_v.bias"),
+            ] {
+                let b = vecf(g, &p(name));
+                for row in t.chunks_mut(b.len()) {
+                    let r = row.to_vec();
+                    kernels_ref::add(&r, &b, row);
+                }
+            }
+        }
+        for i in 0..n {
+            let (fb, fs) = (c.rope_base, c.rope_freq_scale);
+            let qi = &mut q[i * qd..(i + 1) * qd];
+            kernels_ref::rope(qi, c.n_head, c.head_dim, c.n_rot, i, fb, fs, neox);
+            let ki = &mut k[i * kd..(i + 1) * kd];
+            kernels_ref::rope(ki, c.n_head_kv, c.head_dim, c.n_rot, i, fb, fs, neox);
+        }
+        let mut att = vec![0f32; n * qd];
+        let scale = 1.0 / (c.head_dim as f32).sqrt();
+        let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+        kernels_ref::attention(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, &mut att);
+        let o = matmul(g, &p("attn_output.weight"), &att, n);
+        let x2 = x.clone();
+        kernels_ref::add(&x2, &o, &mut x);
+        kernels_ref::rms_norm(&x, &vecf(g, &p("ffn_norm.weight")), c.rms_eps, &mut h);
+        let gate = matmul(g, &p("ffn_gate.weight"), &h, n);
+        let up = matmul(g, &p("ffn_up.weight"), &h, n);
+        let mut s = vec![0f32; gate.len()];
+        kernels_ref::swiglu(&gate, &up, &mut s);
+        let d = matmul(g, &p("ffn_down.weight"), &s, n);
+        let x2 = x.clone();
+        kernels_ref::add(&x2, &d, &mut x);
+    }
+    kernels_ref::rms_norm(&x, &vecf(g, "output_norm.weight"), c.rms_eps, &mut h);
+    let out = if c.tied_embeddings {
+        "token_embd.weight"
+    } else {
+        "output.weight"
+    };
+    matmul(g, out, &h, n)
+}
+
+/// Largest |a - b| relative to the largest |b|.
+pub fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
+}
