@@ -1,0 +1,416 @@
+//! AVX2 + FMA + F16C kernels (x86_64). Every function here must only be reached after the
+//! dispatcher in `mod.rs` has checked those features at runtime.
+//!
+//! Integer dot products follow ggml: `_mm256_maddubs_epi16` multiplies unsigned weight bytes by
+//! signed activation bytes into i16 pairs (no overflow: |u| <= 63 or, after `abs`, 128, times 127,
+//! times 2 stays below 32767), and `_mm256_madd_epi16` widens to i32 while applying the integer
+//! per-half multiplier. Signed weights (Q8_0, IQ4_NL) use the sign trick: |w| times x·sign(w).
+#![allow(clippy::missing_safety_doc)]
+
+use std::arch::x86_64::*;
+
+use super::act::QAct;
+use super::formats::{self as f, Format, KParams};
+use super::{FloatFormat, TILE};
+
+/// One decoded chunk in registers (see `formats` for the meaning of each field).
+pub(crate) struct V {
+    u: __m256i,
+    mul: __m256i,
+    dw: f32,
+    c: [f32; 2],
+}
+
+/// AVX2 decoding of a format's chunk; same values as `Format::unpack`.
+pub(crate) trait FormatAvx2: Format {
+    /// # Safety
+    /// AVX2/FMA/F16C must be available; `blk.len() == Self::BYTES`, `c < BLOCK / 32`.
+    unsafe fn unpack_avx2(blk: &[u8], p: &Self::P, c: usize) -> V;
+}
+
+const ONES: i16 = 1;
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn nibbles(qs: &[u8]) -> __m256i {
+    assert!(qs.len() >= 16);
+    // SAFETY: 16 bytes are in bounds (checked above).
+    let q = unsafe { _mm_loadu_si128(qs.as_ptr() as *const __m128i) };
+    let m = _mm_set1_epi8(15);
+    let lo = _mm_and_si128(q, m);
+    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// 32 bytes in bounds of `b[off..]`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn load32(b: &[u8], off: usize) -> __m256i {
+    let s = &b[off..off + 32];
+    // SAFETY: `s` is exactly 32 bytes.
+    unsafe { _mm256_loadu_si256(s.as_ptr() as *const __m256i) }
+}
+
+/// Byte i of the result is 0xFF when bit i of `bits` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bytes_from_bits(bits: u32) -> __m256i {
+    let x = _mm256_set1_epi32(bits as i32);
+    let shuf = _mm256_setr_epi64x(
+        0x0000_0000_0000_0000,
+        0x0101_0101_0101_0101,
+        0x0202_0202_0202_0202,
+        0x0303_0303_0303_0303,
+    );
+    let b = _mm256_shuffle_epi8(x, shuf);
+    let b = _mm256_or_si256(b, _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe));
+    _mm256_cmpeq_epi8(b, _mm256_set1_epi64x(-1))
+}
+
+/// Byte i is 0xFF when bit `c` of `b[i]` is set.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bit_of_bytes(b: __m256i, c: usize) -> __m256i {
+    let m = _mm256_set1_epi8((1u8 << c) as i8);
+    _mm256_cmpeq_epi8(_mm256_and_si256(b, m), m)
+}
+
+/// Per-byte logical right shift by `s` (epi16 shift, then the caller masks).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn srl(v: __m256i, s: usize) -> __m256i {
+    _mm256_srl_epi16(v, _mm_cvtsi32_si128(s as i32))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mul2(a: i32, b: i32) -> __m256i {
+    _mm256_set_m128i(_mm_set1_epi16(b as i16), _mm_set1_epi16(a as i16))
+}
+
+#[inline]
+#[target_feature(enable = "avx2")]
+fn v(u: __m256i, mul: __m256i, dw: f32, c: [f32; 2]) -> V {
+    V { u, mul, dw, c }
+}
+
+impl FormatAvx2 for f::Q4_0 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
+        v(
+            nibbles(&blk[2..]),
+            _mm256_set1_epi16(ONES),
+            *d,
+            [-8.0 * d; 2],
+        )
+    }
+}
+impl FormatAvx2 for f::Q4_1 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), _c: usize) -> V {
+        v(nibbles(&blk[4..]), _mm256_set1_epi16(ONES), p.0, [p.1; 2])
+    }
+}
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q5(qh: &[u8], qs: &[u8]) -> __m256i {
+    let h = u32::from_le_bytes([qh[0], qh[1], qh[2], qh[3]]);
+    let hb = _mm256_and_si256(bytes_from_bits(h), _mm256_set1_epi8(16));
+    _mm256_or_si256(nibbles(qs), hb)
+}
+impl FormatAvx2 for f::Q5_0 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
+        v(
+            q5(&blk[2..6], &blk[6..]),
+            _mm256_set1_epi16(ONES),
+            *d,
+            [-16.0 * d; 2],
+        )
+    }
+}
+impl FormatAvx2 for f::Q5_1 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), _c: usize) -> V {
+        v(
+            q5(&blk[4..8], &blk[8..]),
+            _mm256_set1_epi16(ONES),
+            p.0,
+            [p.1; 2],
+        )
+    }
+}
+impl FormatAvx2 for f::Q8_0 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
+        v(load32(blk, 2), _mm256_set1_epi16(ONES), *d, [0.0; 2])
+    }
+}
+impl FormatAvx2 for f::IQ4_NL {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
+        let t = &f::IQ4NL_VALUES;
+        // SAFETY: IQ4NL_VALUES has exactly 16 bytes.
+        let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+        let table = _mm256_set_m128i(t128, t128);
+        let u = _mm256_shuffle_epi8(table, nibbles(&blk[2..]));
+        v(u, _mm256_set1_epi16(ONES), *d, [0.0; 2])
+    }
+}
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn k_common(qs: &[u8], c: usize, p: &KParams) -> (__m256i, V) {
+    let q = load32(qs, 32 * (c / 2));
+    let u = _mm256_and_si256(srl(q, 4 * (c & 1)), _mm256_set1_epi8(15));
+    let s = p.sc[c] as i32;
+    (u, v(u, mul2(s, s), p.d, [-p.dmin * p.m[c] as f32; 2]))
+}
+impl FormatAvx2 for f::Q4_K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &KParams, c: usize) -> V {
+        k_common(&blk[16..], c, p).1
+    }
+}
+impl FormatAvx2 for f::Q5_K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &KParams, c: usize) -> V {
+        let (u, mut r) = k_common(&blk[48..], c, p);
+        let hb = _mm256_and_si256(bit_of_bytes(load32(blk, 16), c), _mm256_set1_epi8(16));
+        r.u = _mm256_or_si256(u, hb);
+        r
+    }
+}
+impl FormatAvx2 for f::Q6_K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
+        let (n, k) = (c / 4, c % 4);
+        let ql = load32(blk, 64 * n + 32 * (k & 1));
+        let lo = _mm256_and_si256(srl(ql, if k < 2 { 0 } else { 4 }), _mm256_set1_epi8(15));
+        let qh = load32(blk, 128 + 32 * n);
+        let hi = _mm256_and_si256(srl(qh, 2 * k), _mm256_set1_epi8(3));
+        let u = _mm256_or_si256(lo, _mm256_slli_epi16(hi, 4));
+        let sa = blk[192 + 2 * c] as i8 as i32;
+        let sb = blk[192 + 2 * c + 1] as i8 as i32;
+        v(
+            u,
+            mul2(sa, sb),
+            *d,
+            [-32.0 * d * sa as f32, -32.0 * d * sb as f32],
+        )
+    }
+}
+impl FormatAvx2 for f::Q2_K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), c: usize) -> V {
+        let (n, j) = (c / 4, c % 4);
+        let u = _mm256_and_si256(srl(load32(blk, 16 + 32 * n), 2 * j), _mm256_set1_epi8(3));
+        let (sa, sb) = (blk[2 * c], blk[2 * c + 1]);
+        let cc = [-p.1 * (sa >> 4) as f32, -p.1 * (sb >> 4) as f32];
+        v(u, mul2((sa & 15) as i32, (sb & 15) as i32), p.0, cc)
+    }
+}
+impl FormatAvx2 for f::Q3_K {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], p: &(f32, [i8; 16]), c: usize) -> V {
+        let (n, j) = (c / 4, c % 4);
+        let lo = _mm256_and_si256(srl(load32(blk, 32 + 32 * n), 2 * j), _mm256_set1_epi8(3));
+        let hi = _mm256_and_si256(bit_of_bytes(load32(blk, 0), c), _mm256_set1_epi8(4));
+        let (sa, sb) = (p.1[2 * c] as i32, p.1[2 * c + 1] as i32);
+        let cc = [-4.0 * p.0 * sa as f32, -4.0 * p.0 * sb as f32];
+        v(_mm256_or_si256(lo, hi), mul2(sa, sb), p.0, cc)
+    }
+}
+impl FormatAvx2 for f::TQ2_0 {
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
+        let q = load32(blk, 32 * (c / 4));
+        let u = _mm256_and_si256(srl(q, 2 * (c % 4)), _mm256_set1_epi8(3));
+        v(u, _mm256_set1_epi16(ONES), *d, [-d; 2])
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+pub(crate) fn hsum(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Chunks per correction segment: the per-half offsets of a segment are gathered into a stack
+/// buffer and dotted with each token's half sums afterwards, 8 lanes at a time, instead of
+/// adding two scalar products per chunk per token in a serial chain.
+const SEG: usize = 64;
+
+/// out[t] = row · x[t0 + t] for `T` tokens. `row` holds whole blocks of `F`.
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available.
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
+    row: &[u8],
+    act: &QAct,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let cpb = F::BLOCK / 32;
+    let nch = row.len() / F::BYTES * cpb;
+    let toks: [(&[i8], &[f32], &[f32]); T] = std::array::from_fn(|t| act.token(t0 + t));
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut corr = [_mm256_setzero_ps(); T];
+    let mut cbuf = [0f32; 2 * SEG];
+    let mut params = None;
+    let mut ci = 0;
+    while ci < nch {
+        let seg_end = (ci + SEG).min(nch);
+        let seg0 = ci;
+        while ci < seg_end {
+            let (b, c) = (ci / cpb, ci % cpb);
+            let blk = &row[b * F::BYTES..(b + 1) * F::BYTES];
+            if c == 0 || params.is_none() {
+                params = Some(F::params(blk));
+            }
+            let Some(p) = params.as_ref() else { break };
+            // SAFETY: features checked by the dispatcher; blk is one whole block, c < cpb.
+            let v = unsafe { F::unpack_avx2(blk, p, c) };
+            let (u, s) = if F::SIGNED {
+                (_mm256_sign_epi8(v.u, v.u), v.u)
+            } else {
+                (v.u, v.u)
+            };
+            for t in 0..T {
+                let (qs, d, _) = toks[t];
+                // SAFETY: qs has cols = nch * 32 bytes, so chunk ci's 32 bytes are in bounds.
+                let x = unsafe {
+                    _mm256_loadu_si256(qs[ci * 32..ci * 32 + 32].as_ptr() as *const __m256i)
+                };
+                let x = if F::SIGNED { _mm256_sign_epi8(x, s) } else { x };
+                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), v.mul);
+                let sc = _mm256_set1_ps(v.dw * d[ci]);
+                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[t]);
+            }
+            cbuf[2 * (ci - seg0)] = v.c[0];
+            cbuf[2 * (ci - seg0) + 1] = v.c[1];
+            ci += 1;
+        }
+        if !F::SIGNED {
+            let n = 2 * (seg_end - seg0);
+            for t in 0..T {
+                let xs = &toks[t].2[2 * seg0..2 * seg_end];
+                let mut k = 0;
+                while k + 8 <= n {
+                    // SAFETY: k + 8 <= n = len of both slices.
+                    let (cv, xv) = unsafe {
+                        (
+                            _mm256_loadu_ps(cbuf[k..].as_ptr()),
+                            _mm256_loadu_ps(xs[k..].as_ptr()),
+                        )
+                    };
+                    corr[t] = _mm256_fmadd_ps(cv, xv, corr[t]);
+                    k += 8;
+                }
+                let mut tail = 0.0;
+                for kk in k..n {
+                    tail += cbuf[kk] * xs[kk];
+                }
+                corr[t] = _mm256_add_ps(corr[t], _mm256_setr_ps(tail, 0., 0., 0., 0., 0., 0., 0.));
+            }
+        }
+    }
+    for t in 0..T {
+        out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
+    }
+}
+
+/// out[t] = row · x[t0 + t] for `out.len()` (1..=TILE) tokens.
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available.
+pub(crate) unsafe fn dot_q<F: FormatAvx2>(row: &[u8], act: &QAct, t0: usize, out: &mut [f32]) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match out.len() {
+            1 => dot_q_t::<F, 1>(row, act, t0, out),
+            2 => dot_q_t::<F, 2>(row, act, t0, out),
+            3 => dot_q_t::<F, 3>(row, act, t0, out),
+            _ => dot_q_t::<F, TILE>(row, act, t0, &mut out[..TILE]),
+        }
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn load_w8(fmt: FloatFormat, row: &[u8], i: usize) -> __m256 {
+    match fmt {
+        FloatFormat::F32 => {
+            let s = &row[4 * i..4 * i + 32];
+            // SAFETY: `s` holds 8 f32.
+            unsafe { _mm256_loadu_ps(s.as_ptr() as *const f32) }
+        }
+        FloatFormat::F16 => {
+            let s = &row[2 * i..2 * i + 16];
+            // SAFETY: `s` holds 8 halves.
+            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) })
+        }
+        FloatFormat::Bf16 => {
+            let s = &row[2 * i..2 * i + 16];
+            // SAFETY: `s` holds 8 bf16.
+            let h = unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) };
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        }
+    }
+}
+
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f_t<const T: usize>(
+    fmt: FloatFormat,
+    row: &[u8],
+    x: &[f32],
+    cols: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    let xt: [&[f32]; T] = std::array::from_fn(|t| &x[(t0 + t) * cols..(t0 + t + 1) * cols]);
+    let mut acc = [_mm256_setzero_ps(); T];
+    let mut i = 0;
+    while i + 8 <= cols {
+        let w = load_w8(fmt, row, i);
+        for t in 0..T {
+            // SAFETY: i + 8 <= cols = xt[t].len().
+            let xv = unsafe { _mm256_loadu_ps(xt[t][i..].as_ptr()) };
+            acc[t] = _mm256_fmadd_ps(w, xv, acc[t]);
+        }
+        i += 8;
+    }
+    for t in 0..T {
+        let mut s = hsum(acc[t]);
+        for (k, &xv) in xt[t].iter().enumerate().skip(i) {
+            s += super::scalar::float_at(fmt, row, k) * xv;
+        }
+        out[t] = s;
+    }
+}
+
+/// Float-format row times `out.len()` (1..=TILE) f32 token rows.
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available.
+pub(crate) unsafe fn dot_f(
+    fmt: FloatFormat,
+    row: &[u8],
+    x: &[f32],
+    cols: usize,
+    t0: usize,
+    out: &mut [f32],
+) {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match out.len() {
+            1 => dot_f_t::<1>(fmt, row, x, cols, t0, out),
+            2 => dot_f_t::<2>(fmt, row, x, cols, t0, out),
+            3 => dot_f_t::<3>(fmt, row, x, cols, t0, out),
+            _ => dot_f_t::<TILE>(fmt, row, x, cols, t0, &mut out[..TILE]),
+        }
+    }
+}
