@@ -112,7 +112,15 @@ fn synthetic(isa: Isa) {
         "{:<7} {:>13} {:>14} {:>16}",
         "format", "rows x cols", "decode GB/s", "prefill GFLOP/s"
     );
+    // MEMWALL_BENCH_FORMATS=Q4_1,Q8_0 limits the table to those formats.
+    let only = std::env::var("MEMWALL_BENCH_FORMATS").ok();
     for ty in formats {
+        if only
+            .as_ref()
+            .is_some_and(|o| !o.split(',').any(|f| f.eq_ignore_ascii_case(ty.name())))
+        {
+            continue;
+        }
         if isa == Isa::Scalar && ty != GgmlType::Q4_1 && ty != GgmlType::Q8_0 {
             continue;
         }
@@ -192,7 +200,9 @@ fn real_model() {
 }
 
 fn main() {
-    real_model();
+    if std::env::var("MEMWALL_BENCH_FORMATS").is_err() {
+        real_model();
+    }
     synthetic(Isa::best());
     if std::env::args().any(|a| a == "--scalar") {
         synthetic(Isa::Scalar);

@@ -26,6 +26,27 @@ pub(crate) trait FormatAvx2: Format {
     /// # Safety
     /// AVX2/FMA/F16C must be available; `blk.len() == Self::BYTES`, `c < BLOCK / 32`.
     unsafe fn unpack_avx2(blk: &[u8], p: &Self::P, c: usize) -> V;
+    /// `Format::params` with F16C conversions.
+    /// # Safety
+    /// As `unpack_avx2`.
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P;
+}
+
+/// The two halves at blk[off..off + 4] as f32, by F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn h2(blk: &[u8], off: usize) -> (f32, f32) {
+    let w = u32::from_le_bytes([blk[off], blk[off + 1], blk[off + 2], blk[off + 3]]);
+    let v = _mm_cvtph_ps(_mm_cvtsi32_si128(w as i32));
+    (_mm_cvtss_f32(v), _mm_cvtss_f32(_mm_movehdup_ps(v)))
+}
+
+/// The half at blk[off..off + 2] as f32, by F16C.
+#[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn h1(blk: &[u8], off: usize) -> f32 {
+    let w = u16::from_le_bytes([blk[off], blk[off + 1]]);
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(w as i32)))
 }
 
 const ONES: i16 = 1;
@@ -95,6 +116,12 @@ fn v(u: __m256i, mul: __m256i, dw: f32, c: [f32; 2]) -> V {
 }
 
 impl FormatAvx2 for f::Q4_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
         v(
@@ -106,6 +133,12 @@ impl FormatAvx2 for f::Q4_0 {
     }
 }
 impl FormatAvx2 for f::Q4_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h2(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), _c: usize) -> V {
         v(nibbles(&blk[4..]), _mm256_set1_epi16(ONES), p.0, [p.1; 2])
@@ -119,6 +152,12 @@ fn q5(qh: &[u8], qs: &[u8]) -> __m256i {
     _mm256_or_si256(nibbles(qs), hb)
 }
 impl FormatAvx2 for f::Q5_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
         v(
@@ -130,6 +169,12 @@ impl FormatAvx2 for f::Q5_0 {
     }
 }
 impl FormatAvx2 for f::Q5_1 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h2(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), _c: usize) -> V {
         v(
@@ -141,12 +186,24 @@ impl FormatAvx2 for f::Q5_1 {
     }
 }
 impl FormatAvx2 for f::Q8_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
         v(load32(blk, 2), _mm256_set1_epi16(ONES), *d, [0.0; 2])
     }
 }
 impl FormatAvx2 for f::IQ4_NL {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 0)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
         let t = &f::IQ4NL_VALUES;
@@ -158,6 +215,14 @@ impl FormatAvx2 for f::IQ4_NL {
     }
 }
 #[inline]
+#[target_feature(enable = "avx2,f16c")]
+fn k_params(blk: &[u8]) -> KParams {
+    let (d, dmin) = h2(blk, 0);
+    let (sc, m) = f::k4_scales(&blk[4..16]);
+    KParams { d, dmin, sc, m }
+}
+
+#[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn k_common(qs: &[u8], c: usize, p: &KParams) -> (__m256i, V) {
     let q = load32(qs, 32 * (c / 2));
@@ -166,12 +231,24 @@ fn k_common(qs: &[u8], c: usize, p: &KParams) -> (__m256i, V) {
     (u, v(u, mul2(s, s), p.d, [-p.dmin * p.m[c] as f32; 2]))
 }
 impl FormatAvx2 for f::Q4_K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        k_params(blk)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &KParams, c: usize) -> V {
         k_common(&blk[16..], c, p).1
     }
 }
 impl FormatAvx2 for f::Q5_K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        k_params(blk)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &KParams, c: usize) -> V {
         let (u, mut r) = k_common(&blk[48..], c, p);
@@ -181,6 +258,12 @@ impl FormatAvx2 for f::Q5_K {
     }
 }
 impl FormatAvx2 for f::Q6_K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 208)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
         let (n, k) = (c / 4, c % 4);
@@ -200,6 +283,12 @@ impl FormatAvx2 for f::Q6_K {
     }
 }
 impl FormatAvx2 for f::Q2_K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h2(blk, 80)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &(f32, f32), c: usize) -> V {
         let (n, j) = (c / 4, c % 4);
@@ -210,6 +299,12 @@ impl FormatAvx2 for f::Q2_K {
     }
 }
 impl FormatAvx2 for f::Q3_K {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        (h1(blk, 108), f::q3k_scales(&blk[96..108]))
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], p: &(f32, [i8; 16]), c: usize) -> V {
         let (n, j) = (c / 4, c % 4);
@@ -221,6 +316,12 @@ impl FormatAvx2 for f::Q3_K {
     }
 }
 impl FormatAvx2 for f::TQ2_0 {
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 64)
+    }
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
         let q = load32(blk, 32 * (c / 4));
@@ -238,10 +339,40 @@ pub(crate) fn hsum(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
-/// Chunks per correction segment: the per-half offsets of a segment are gathered into a stack
-/// buffer and dotted with each token's half sums afterwards, 8 lanes at a time, instead of
-/// adding two scalar products per chunk per token in a serial chain.
+/// Chunks per correction segment (a power of two): the per-half offsets of a segment are
+/// gathered into a stack buffer and dotted with each token's half sums afterwards, 8 lanes at a
+/// time, instead of adding two scalar products per chunk per token in a serial chain.
 const SEG: usize = 64;
+
+/// corr[t] += Σ_k cbuf[k] · xs_t[2·seg0 + k] for k < n.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn flush_corr<const T: usize>(
+    cbuf: &[f32; 2 * SEG],
+    n: usize,
+    xs: &[&[f32]; T],
+    seg0: usize,
+    corr: &mut [__m256; T],
+) {
+    for t in 0..T {
+        let xs = &xs[t][2 * seg0..2 * seg0 + n];
+        let cb = &cbuf[..n];
+        let mut k = 0;
+        while k + 8 <= n {
+            // SAFETY: k + 8 <= n = len of both slices.
+            let (cv, xv) = unsafe {
+                (
+                    _mm256_loadu_ps(cb[k..].as_ptr()),
+                    _mm256_loadu_ps(xs[k..].as_ptr()),
+                )
+            };
+            corr[t] = _mm256_fmadd_ps(cv, xv, corr[t]);
+            k += 8;
+        }
+        let tail: f32 = cb[k..].iter().zip(&xs[k..]).map(|(a, b)| a * b).sum();
+        corr[t] = _mm256_add_ps(corr[t], _mm256_setr_ps(tail, 0., 0., 0., 0., 0., 0., 0.));
+    }
+}
 
 /// out[t] = row · x[t0 + t] for `T` tokens. `row` holds whole blocks of `F`.
 ///
@@ -257,66 +388,55 @@ unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
     let cpb = F::BLOCK / 32;
     let nch = row.len() / F::BYTES * cpb;
     let toks: [(&[i8], &[f32], &[f32]); T] = std::array::from_fn(|t| act.token(t0 + t));
+    let xs: [&[f32]; T] = std::array::from_fn(|t| toks[t].2);
+    // Raw pointers for the hot loop, checked once here: chunk ci < nch reads qs[32ci..32ci+32]
+    // and d[ci].
+    let qp: [*const i8; T] = std::array::from_fn(|t| toks[t].0.as_ptr());
+    let dp: [*const f32; T] = std::array::from_fn(|t| toks[t].1.as_ptr());
+    for (qs, d, x) in toks.iter() {
+        assert!(qs.len() >= nch * 32 && d.len() >= nch && x.len() >= 2 * nch);
+    }
     let mut acc = [_mm256_setzero_ps(); T];
     let mut corr = [_mm256_setzero_ps(); T];
     let mut cbuf = [0f32; 2 * SEG];
-    let mut params = None;
     let mut ci = 0;
-    while ci < nch {
-        let seg_end = (ci + SEG).min(nch);
-        let seg0 = ci;
-        while ci < seg_end {
-            let (b, c) = (ci / cpb, ci % cpb);
-            let blk = &row[b * F::BYTES..(b + 1) * F::BYTES];
-            if c == 0 || params.is_none() {
-                params = Some(F::params(blk));
-            }
-            let Some(p) = params.as_ref() else { break };
-            // SAFETY: features checked by the dispatcher; blk is one whole block, c < cpb.
-            let v = unsafe { F::unpack_avx2(blk, p, c) };
+    for blk in row.chunks_exact(F::BYTES) {
+        // SAFETY: features checked by the dispatcher; blk is one whole block.
+        let p = unsafe { F::params_avx2(blk) };
+        for c in 0..cpb {
+            // SAFETY: as above, and c < cpb.
+            let v = unsafe { F::unpack_avx2(blk, &p, c) };
             let (u, s) = if F::SIGNED {
                 (_mm256_sign_epi8(v.u, v.u), v.u)
             } else {
                 (v.u, v.u)
             };
             for t in 0..T {
-                let (qs, d, _) = toks[t];
-                // SAFETY: qs has cols = nch * 32 bytes, so chunk ci's 32 bytes are in bounds.
-                let x = unsafe {
-                    _mm256_loadu_si256(qs[ci * 32..ci * 32 + 32].as_ptr() as *const __m256i)
+                // SAFETY: ci < nch, and the lengths were asserted above.
+                let (x, dx) = unsafe {
+                    (
+                        _mm256_loadu_si256(qp[t].add(ci * 32) as *const __m256i),
+                        *dp[t].add(ci),
+                    )
                 };
                 let x = if F::SIGNED { _mm256_sign_epi8(x, s) } else { x };
-                let p = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), v.mul);
-                let sc = _mm256_set1_ps(v.dw * d[ci]);
-                acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(p), sc, acc[t]);
+                let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), v.mul);
+                acc[t] =
+                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(v.dw * dx), acc[t]);
             }
-            cbuf[2 * (ci - seg0)] = v.c[0];
-            cbuf[2 * (ci - seg0) + 1] = v.c[1];
+            if !F::SIGNED {
+                let k = ci % SEG;
+                cbuf[2 * k] = v.c[0];
+                cbuf[2 * k + 1] = v.c[1];
+                if k == SEG - 1 {
+                    flush_corr(&cbuf, 2 * SEG, &xs, ci + 1 - SEG, &mut corr);
+                }
+            }
             ci += 1;
         }
-        if !F::SIGNED {
-            let n = 2 * (seg_end - seg0);
-            for t in 0..T {
-                let xs = &toks[t].2[2 * seg0..2 * seg_end];
-                let mut k = 0;
-                while k + 8 <= n {
-                    // SAFETY: k + 8 <= n = len of both slices.
-                    let (cv, xv) = unsafe {
-                        (
-                            _mm256_loadu_ps(cbuf[k..].as_ptr()),
-                            _mm256_loadu_ps(xs[k..].as_ptr()),
-                        )
-                    };
-                    corr[t] = _mm256_fmadd_ps(cv, xv, corr[t]);
-                    k += 8;
-                }
-                let mut tail = 0.0;
-                for kk in k..n {
-                    tail += cbuf[kk] * xs[kk];
-                }
-                corr[t] = _mm256_add_ps(corr[t], _mm256_setr_ps(tail, 0., 0., 0., 0., 0., 0., 0.));
-            }
-        }
+    }
+    if !F::SIGNED && ci % SEG != 0 {
+        flush_corr(&cbuf, 2 * (ci % SEG), &xs, ci - ci % SEG, &mut corr);
     }
     for t in 0..T {
         out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));

@@ -226,7 +226,7 @@ pub(crate) struct KParams {
 }
 
 /// Unpacks the 12-byte 6-bit scale/min table of Q4_K and Q5_K.
-fn k4_scales(s: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn k4_scales(s: &[u8]) -> ([u8; 8], [u8; 8]) {
     let mut sc = [0u8; 8];
     let mut m = [0u8; 8];
     for j in 0..8 {
