@@ -1,0 +1,93 @@
+//! Causal grouped-query attention (twin of `shaders/attention.wgsl`).
+
+use super::softmax::softmax_f64;
+
+/// Causal grouped-query attention over all keys so far.
+///
+/// - `q`: `[n_q, n_head, hd]`; query `i` sits at position `q_pos0 + i`.
+/// - `k`, `v`: `[n_kv, n_kv_head, hd]`, key/value `j` at position `j`.
+/// - `out`: `[n_q, n_head, hd]`.
+///
+/// Query `i` attends keys `0..=q_pos0 + i`; head `h` uses kv head `h / (n_head / n_kv_head)`.
+/// `out = softmax(scale * q . k) @ v`, all in f64 (scale usually `1/sqrt(hd)`).
+///
+/// # Panics
+/// On shape mismatches (programmer errors): buffer lengths not matching the shapes,
+/// `n_head` not a multiple of `n_kv_head`, or a query whose position has no key
+/// (`q_pos0 + n_q > n_kv`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    n_head: usize,
+    n_kv_head: usize,
+    hd: usize,
+    q_pos0: usize,
+    scale: f32,
+    out: &mut [f32],
+) {
+    assert_eq!(
+        q.len(),
+        n_q * n_head * hd,
+        "attention: q is not [n_q, n_head, hd]"
+    );
+    assert_eq!(
+        out.len(),
+        q.len(),
+        "attention: out is not [n_q, n_head, hd]"
+    );
+    assert_eq!(
+        k.len(),
+        n_kv * n_kv_head * hd,
+        "attention: k is not [n_kv, n_kv_head, hd]"
+    );
+    assert_eq!(
+        v.len(),
+        k.len(),
+        "attention: v is not [n_kv, n_kv_head, hd]"
+    );
+    assert!(
+        n_kv_head > 0 && n_head.is_multiple_of(n_kv_head),
+        "attention: n_head {n_head} is not a multiple of n_kv_head {n_kv_head}"
+    );
+    assert!(
+        q_pos0 + n_q <= n_kv,
+        "attention: query at position {} has no key (n_kv {n_kv})",
+        q_pos0 + n_q.max(1) - 1
+    );
+    let group = n_head / n_kv_head;
+    let scale = f64::from(scale);
+    let mut scores = vec![0.0f64; n_kv]; // [n_kv], one query head at a time
+    let mut acc = vec![0.0f64; hd]; // [hd]
+    for i in 0..n_q {
+        let n_keys = q_pos0 + i + 1;
+        for h in 0..n_head {
+            let kvh = h / group;
+            let qv = &q[(i * n_head + h) * hd..][..hd];
+            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
+                let kv = &k[(j * n_kv_head + kvh) * hd..][..hd];
+                let dot: f64 = qv
+                    .iter()
+                    .zip(kv)
+                    .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                    .sum();
+                *s = dot * scale;
+            }
+            softmax_f64(&mut scores[..n_keys]);
+            acc.fill(0.0);
+            for (j, &p) in scores[..n_keys].iter().enumerate() {
+                let vv = &v[(j * n_kv_head + kvh) * hd..][..hd];
+                for (a, &x) in acc.iter_mut().zip(vv) {
+                    *a += p * f64::from(x);
+                }
+            }
+            let o = &mut out[(i * n_head + h) * hd..][..hd];
+            for (o, &a) in o.iter_mut().zip(&acc) {
+                *o = a as f32;
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! Reference ops, one file per future shader (`shaders/<name>.wgsl`).
+//!
+//! Conventions: buffers are row-major with the shape given in each doc comment; long sums are
+//! accumulated in f64 and rounded to f32 once. Ops that read quantized weights return
+//! `RefError` for lengths that do not add up (those lengths come from files). The pure float
+//! ops (`rms_norm`, `rope`, `softmax`, `attention`, `swiglu`, `add`) take shapes from the
+//! caller's own code, so a mismatch there is a programmer error: they `assert!` and say so under
+//! "Panics".
+
+mod attention;
+mod elementwise;
+mod embedding;
+mod matmul;
+mod matvec;
+mod rmsnorm;
+mod rope;
+mod softmax;
+
+pub use attention::attention;
+pub use elementwise::{add, silu, swiglu};
+pub use embedding::embedding;
+pub use matmul::matmul;
+pub use matvec::{dot_f64, matvec};
+pub use rmsnorm::rms_norm;
+pub use rope::rope;
+pub use softmax::softmax;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,58 @@
+//! Rotary position embedding (twin of `shaders/rope.wgsl`).
+
+/// RoPE on one token's heads, in place.
+///
+/// `x`: `[n_heads, head_dim]`. The first `n_rot` dims of each head are rotated in pairs by
+/// `theta_i = pos * freq_scale * freq_base^(-2i / n_rot)`, `i` in `0..n_rot/2`; dims past
+/// `n_rot` are left alone.
+/// - `neox == false` (ggml "normal", llama arch): pair `i` is dims `(2i, 2i + 1)`.
+/// - `neox == true` (qwen2, gpt-neox, ...): pair `i` is dims `(i, i + n_rot/2)`.
+///
+/// `(a, b)` becomes `(a cos - b sin, a sin + b cos)`. Angles and products are computed in f64
+/// (ggml builds theta by repeated f32 multiplication; the oracle uses the exact value).
+///
+/// # Panics
+/// If `x.len() != n_heads * head_dim`, `n_rot > head_dim` or `n_rot` is odd (programmer errors:
+/// these come from the model config the caller validated).
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) {
+    assert_eq!(
+        Some(x.len()),
+        n_heads.checked_mul(head_dim),
+        "rope: x is not [n_heads, head_dim]"
+    );
+    assert!(
+        n_rot <= head_dim,
+        "rope: n_rot {n_rot} > head_dim {head_dim}"
+    );
+    assert!(n_rot.is_multiple_of(2), "rope: n_rot {n_rot} is odd");
+    if head_dim == 0 {
+        return;
+    }
+    let half = n_rot / 2;
+    let p = pos as f64 * f64::from(freq_scale);
+    for head in x.chunks_exact_mut(head_dim) {
+        for i in 0..half {
+            let theta = p * f64::from(freq_base).powf(-2.0 * i as f64 / n_rot as f64);
+            let (sin, cos) = theta.sin_cos();
+            let (ia, ib) = if neox {
+                (i, i + half)
+            } else {
+                (2 * i, 2 * i + 1)
+            };
+            let a = f64::from(head[ia]);
+            let b = f64::from(head[ib]);
+            head[ia] = (a * cos - b * sin) as f32;
+            head[ib] = (a * sin + b * cos) as f32;
+        }
+    }
+}
