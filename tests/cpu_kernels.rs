@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{random_weights, refdq, Rng};
+use common::{random_weights, Rng};
 use memwall::cpu::{self, Isa, MatmulScratch, WeightView};
 use memwall::GgmlType;
 
@@ -22,6 +22,8 @@ const QUANT_TYPES: [GgmlType; 12] = [
     GgmlType::TQ2_0,
 ];
 const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+/// Formats without a fast kernel: dequantized a row at a time by kernels-ref, then f32 dots.
+const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
 
 fn isas() -> Vec<Isa> {
     [Isa::Scalar, Isa::Avx2]
@@ -50,7 +52,8 @@ fn col_cases(ty: GgmlType) -> Vec<usize> {
 /// products and their running sum: at most ~(chunks + 8) roundings of terms each bounded by
 /// 3·max|w|·Σ|x| per chunk (a chunk's scale part is at most 2·max|w| and its offset part at most
 /// max|w|, see `formats.rs`), so we allow 4·eps·(chunks + 8)·3·max|w|·Σ|x|.
-/// Float formats: only the f32 accumulation error, (cols/8 + 8) roundings of Σ|w·x|.
+/// Float formats (and the kernels-ref fallback, which dots exact dequantized rows with
+/// unquantized x): only the f32 accumulation error, (cols/8 + 8) roundings of Σ|w·x|.
 fn tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> f64 {
     let eps = f32::EPSILON as f64;
     let sum_wx: f64 = w
@@ -58,7 +61,7 @@ fn tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> f64 {
         .zip(x)
         .map(|(a, b)| (*a as f64 * *b as f64).abs())
         .sum();
-    if matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+    if !cpu::has_fast_kernel(ty) || matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
         return 2.0 * eps * (w.len() as f64 / 8.0 + 8.0) * sum_wx + 1e-30;
     }
     let mut quant = 0.0f64;
@@ -79,7 +82,7 @@ fn check_case(isa: Isa, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: 
     let data = random_weights(&mut rng, ty, rows, cols);
     let x = rng.activations(n * cols);
     let w = WeightView::new(ty, &data, rows, cols).unwrap();
-    let wf = refdq::dequant(ty, &data); // [rows, cols]
+    let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap(); // [rows, cols]
     let mut y = vec![f32::NAN; n * rows]; // poisoned: every output must be written
     let mut scratch = MatmulScratch::default();
     cpu::matmul_with(isa, &w, &x, n, &mut y, &mut scratch).unwrap();
@@ -106,7 +109,12 @@ fn check_case(isa: Isa, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: 
 #[test]
 fn every_format_matches_oracle() {
     for isa in isas() {
-        for ty in QUANT_TYPES.iter().chain(&FLOAT_TYPES).copied() {
+        for ty in QUANT_TYPES
+            .iter()
+            .chain(&FLOAT_TYPES)
+            .chain(&FALLBACK_TYPES)
+            .copied()
+        {
             let mut worst = 0.0f64;
             for cols in col_cases(ty) {
                 for (rows, n) in [(1, 1), (37, 3), (133, 17), (133, 1)] {
@@ -128,7 +136,12 @@ fn scalar_and_avx2_agree() {
         eprintln!("no AVX2 on this CPU: the scalar path is the only one and is checked above");
         return;
     }
-    for ty in QUANT_TYPES.iter().chain(&FLOAT_TYPES).copied() {
+    for ty in QUANT_TYPES
+        .iter()
+        .chain(&FLOAT_TYPES)
+        .chain(&FALLBACK_TYPES)
+        .copied()
+    {
         let cols = col_cases(ty)[2];
         let (rows, n) = (61, 5);
         let mut rng = Rng::new(7);
@@ -140,7 +153,7 @@ fn scalar_and_avx2_agree() {
         let mut scratch = MatmulScratch::default();
         cpu::matmul_with(Isa::Scalar, &w, &x, n, &mut ys, &mut scratch).unwrap();
         cpu::matmul_with(Isa::Avx2, &w, &x, n, &mut ya, &mut scratch).unwrap();
-        let wf = refdq::dequant(ty, &data);
+        let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
         for i in 0..n * rows {
             let (t, r) = (i / rows, i % rows);
             let wr = &wf[r * cols..(r + 1) * cols];

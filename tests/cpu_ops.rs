@@ -1,10 +1,14 @@
-//! memwall::cpu element-wise ops and attention against straightforward f64 versions.
+//! memwall::cpu element-wise ops and attention against kernels-ref (f64 inside, rounded once).
 
 mod common;
 
-use common::{random_weights, refdq, Rng};
+use common::{random_weights, Rng};
 use memwall::cpu;
 use memwall::GgmlType;
+
+fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
 
 fn assert_close(got: &[f32], want: &[f64], rel: f64, what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: length");
@@ -27,43 +31,12 @@ fn rms_norm_rows() {
     let g: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
     let mut out = vec![f32::NAN; rows * n];
     cpu::rms_norm(&x, &g, 1e-5, &mut out).unwrap();
-    let mut want = vec![0f64; rows * n];
-    for r in 0..rows {
-        let xr = &x[r * n..(r + 1) * n];
-        let ms = xr.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / n as f64;
-        for i in 0..n {
-            want[r * n + i] = xr[i] as f64 / (ms + 1e-5).sqrt() * g[i] as f64;
-        }
-    }
+    let mut want = vec![0f32; rows * n];
+    kernels_ref::rms_norm(&x, &g, 1e-5, &mut want);
+    let want = wide(&want);
     // Each output is x·scale·g with scale from a 75-term f32 sum: a few 1e-7 relative.
     assert_close(&out, &want, 2e-6, "rms_norm");
     assert!(cpu::rms_norm(&x, &g, 1e-5, &mut out[1..]).is_err());
-}
-
-fn rope_f64(
-    x: &[f32],
-    n_heads: usize,
-    hd: usize,
-    n_rot: usize,
-    pos: usize,
-    base: f64,
-    neox: bool,
-) -> Vec<f64> {
-    let mut y: Vec<f64> = x.iter().map(|&v| v as f64).collect();
-    for h in 0..n_heads {
-        for i in 0..n_rot / 2 {
-            let theta = pos as f64 * base.powf(-2.0 * i as f64 / n_rot as f64);
-            let (a, b) = if neox {
-                (i, i + n_rot / 2)
-            } else {
-                (2 * i, 2 * i + 1)
-            };
-            let (x0, x1) = (x[h * hd + a] as f64, x[h * hd + b] as f64);
-            y[h * hd + a] = x0 * theta.cos() - x1 * theta.sin();
-            y[h * hd + b] = x0 * theta.sin() + x1 * theta.cos();
-        }
-    }
-    y
 }
 
 #[test]
@@ -77,7 +50,9 @@ fn rope_normal_and_neox_with_partial_rotation() {
             cpu::rope_tokens(&mut got, n_tok, nh, hd, n_rot, pos0, 10000.0, 1.0, neox).unwrap();
             for t in 0..n_tok {
                 let xt = &x[t * nh * hd..(t + 1) * nh * hd];
-                let want = rope_f64(xt, nh, hd, n_rot, pos0 + t, 10000.0, neox);
+                let mut want = xt.to_vec();
+                kernels_ref::rope(&mut want, nh, hd, n_rot, pos0 + t, 10000.0, 1.0, neox);
+                let want = wide(&want);
                 let g = &got[t * nh * hd..(t + 1) * nh * hd];
                 // Angles up to ~1000 rad rounded to f32 cos/sin: ~1e-7 relative per term.
                 assert_close(
@@ -102,10 +77,9 @@ fn rope_normal_and_neox_with_partial_rotation() {
 fn softmax_swiglu_add() {
     let mut rng = Rng::new(3);
     let mut x = rng.activations(37);
-    let m = x.iter().fold(f64::MIN, |a, &b| a.max(b as f64));
-    let e: Vec<f64> = x.iter().map(|&v| (v as f64 - m).exp()).collect();
-    let s: f64 = e.iter().sum();
-    let want: Vec<f64> = e.iter().map(|v| v / s).collect();
+    let mut want = x.clone();
+    kernels_ref::softmax(&mut want);
+    let want = wide(&want);
     cpu::softmax(&mut x);
     assert_close(&x, &want, 1e-6, "softmax");
 
@@ -113,11 +87,9 @@ fn softmax_swiglu_add() {
     let u = rng.activations(41);
     let mut out = vec![f32::NAN; 41];
     cpu::swiglu(&g, &u, &mut out).unwrap();
-    let want: Vec<f64> = g
-        .iter()
-        .zip(&u)
-        .map(|(&a, &b)| a as f64 / (1.0 + (-(a as f64)).exp()) * b as f64)
-        .collect();
+    let mut want = vec![0f32; 41];
+    kernels_ref::swiglu(&g, &u, &mut want);
+    let want = wide(&want);
     assert_close(&out, &want, 1e-6, "swiglu");
     cpu::add(&g, &u, &mut out).unwrap();
     let want: Vec<f64> = g
@@ -141,11 +113,12 @@ fn embedding_rows_match_dequant() {
     ] {
         let (rows, n) = (5, 512);
         let data = random_weights(&mut rng, ty, rows, n);
-        let all = refdq::dequant(ty, &data);
         for r in [0, 3, 4] {
             let mut out = vec![f32::NAN; n];
             cpu::embedding(ty, &data, n, r, &mut out).unwrap();
-            let want: Vec<f64> = all[r * n..(r + 1) * n].iter().map(|&v| v as f64).collect();
+            let mut want = vec![0f32; n];
+            kernels_ref::embedding(ty, &data, n, r, &mut want).unwrap();
+            let want = wide(&want);
             assert_close(&out, &want, 1e-6, &format!("embedding {ty} row {r}"));
         }
         let mut out = vec![0f32; n];
@@ -154,49 +127,6 @@ fn embedding_rows_match_dequant() {
             "row past the end"
         );
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn attention_f64(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_q: usize,
-    n_head: usize,
-    n_kv_head: usize,
-    hd: usize,
-    q_pos0: usize,
-    scale: f32,
-) -> Vec<f64> {
-    let mut out = vec![0f64; n_q * n_head * hd];
-    let group = n_head / n_kv_head;
-    for i in 0..n_q {
-        for h in 0..n_head {
-            let g = h / group;
-            let qh = &q[(i * n_head + h) * hd..][..hd];
-            let n = q_pos0 + i + 1;
-            let s: Vec<f64> = (0..n)
-                .map(|j| {
-                    let kj = &k[(j * n_kv_head + g) * hd..][..hd];
-                    scale as f64
-                        * qh.iter()
-                            .zip(kj)
-                            .map(|(a, b)| *a as f64 * *b as f64)
-                            .sum::<f64>()
-                })
-                .collect();
-            let m = s.iter().fold(f64::MIN, |a, &b| a.max(b));
-            let e: Vec<f64> = s.iter().map(|v| (v - m).exp()).collect();
-            let z: f64 = e.iter().sum();
-            for (j, ej) in e.iter().enumerate() {
-                let vj = &v[(j * n_kv_head + g) * hd..][..hd];
-                for d in 0..hd {
-                    out[(i * n_head + h) * hd + d] += ej / z * vj[d] as f64;
-                }
-            }
-        }
-    }
-    out
 }
 
 #[test]
@@ -216,7 +146,22 @@ fn causal_gqa_attention_prefill_and_decode() {
             &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, &mut out,
         )
         .unwrap();
-        let want = attention_f64(&q, &k, &v, n_q, n_head, n_kv_head, hd, q_pos0, scale);
+        let kv = n_kv * n_kv_head * hd; // kernels-ref takes exactly [n_kv, n_kv_head, hd]
+        let mut want = vec![0f32; q.len()];
+        kernels_ref::attention(
+            &q,
+            &k[..kv],
+            &v[..kv],
+            n_q,
+            n_kv,
+            n_head,
+            n_kv_head,
+            hd,
+            q_pos0,
+            scale,
+            &mut want,
+        );
+        let want = wide(&want);
         // Outliers make scores up to ~1e3: exp of an f32 score rounded to ~1e-4 absolute
         // moves a weight by ~1e-4 relative, so the output by ~1e-4 of max|v|.
         assert_close(

@@ -240,9 +240,8 @@ pub(crate) fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Resu
 
 /// Row dequantization by kernels-ref, for formats without a kernel here.
 pub(crate) fn dequantize_ref(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
-    let _ = (data, out);
-    Err(Error::UnsupportedType {
+    kernels_ref::dequantize(ty, data, out).map_err(|e| Error::UnsupportedType {
         ty,
-        what: "CPU dequantization (kernels-ref has no dequantizer yet)".into(),
+        what: format!("CPU dequantization: {e}"),
     })
 }

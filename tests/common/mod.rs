@@ -1,8 +1,6 @@
 //! Shared helpers for the CPU kernel tests: a seeded RNG and random weights for every format.
 #![allow(dead_code)]
 
-pub mod refdq;
-
 use half::{bf16, f16};
 use memwall::GgmlType;
 
