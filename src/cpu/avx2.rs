@@ -380,22 +380,44 @@ fn flush_corr<const T: usize>(
 /// AVX2/FMA/F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
-    row: &[u8],
+    rows: &[u8],
+    rb: usize,
     act: &QAct,
     t0: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
     let cpb = F::BLOCK / 32;
-    let nch = row.len() / F::BYTES * cpb;
-    let toks: [(&[i8], &[f32], &[f32]); T] = std::array::from_fn(|t| act.token(t0 + t));
-    let xs: [&[f32]; T] = std::array::from_fn(|t| toks[t].2);
+    let nch = rb / F::BYTES * cpb;
     // Raw pointers for the hot loop, checked once here: chunk ci < nch reads qs[32ci..32ci+32]
     // and d[ci].
-    let qp: [*const i8; T] = std::array::from_fn(|t| toks[t].0.as_ptr());
-    let dp: [*const f32; T] = std::array::from_fn(|t| toks[t].1.as_ptr());
-    for (qs, d, x) in toks.iter() {
-        assert!(qs.len() >= nch * 32 && d.len() >= nch && x.len() >= 2 * nch);
+    let mut qp = [std::ptr::null::<i8>(); T];
+    let mut dp = [std::ptr::null::<f32>(); T];
+    let mut xs: [&[f32]; T] = [&[]; T];
+    for t in 0..T {
+        let (q, d, x) = act.token(t0 + t);
+        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= 2 * nch);
+        qp[t] = q.as_ptr();
+        dp[t] = d.as_ptr();
+        xs[t] = x;
     }
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        let o = &mut out[r * stride..r * stride + T];
+        dot_q_row::<F, T>(row, &qp, &dp, &xs, o);
+    }
+}
+
+/// One row of `dot_q_t`; `qp`, `dp`, `xs` were checked against the row's chunk count there.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
+    row: &[u8],
+    qp: &[*const i8; T],
+    dp: &[*const f32; T],
+    xs: &[&[f32]; T],
+    out: &mut [f32],
+) {
+    let cpb = F::BLOCK / 32;
     let mut acc = [_mm256_setzero_ps(); T];
     let mut corr = [_mm256_setzero_ps(); T];
     let mut cbuf = [0f32; 2 * SEG];
@@ -429,32 +451,41 @@ unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
                 cbuf[2 * k] = v.c[0];
                 cbuf[2 * k + 1] = v.c[1];
                 if k == SEG - 1 {
-                    flush_corr(&cbuf, 2 * SEG, &xs, ci + 1 - SEG, &mut corr);
+                    flush_corr(&cbuf, 2 * SEG, xs, ci + 1 - SEG, &mut corr);
                 }
             }
             ci += 1;
         }
     }
     if !F::SIGNED && ci % SEG != 0 {
-        flush_corr(&cbuf, 2 * (ci % SEG), &xs, ci - ci % SEG, &mut corr);
+        flush_corr(&cbuf, 2 * (ci % SEG), xs, ci - ci % SEG, &mut corr);
     }
     for t in 0..T {
         out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
     }
 }
 
-/// out[t] = row · x[t0 + t] for `out.len()` (1..=TILE) tokens.
+/// out[r * stride + t] = rows[r] · x[t0 + t] for every row of `rb` bytes in `rows` and
+/// `nt` (1..=TILE) tokens.
 ///
 /// # Safety
 /// AVX2/FMA/F16C must be available.
-pub(crate) unsafe fn dot_q<F: FormatAvx2>(row: &[u8], act: &QAct, t0: usize, out: &mut [f32]) {
+pub(crate) unsafe fn dot_q<F: FormatAvx2>(
+    rows: &[u8],
+    rb: usize,
+    act: &QAct,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        match out.len() {
-            1 => dot_q_t::<F, 1>(row, act, t0, out),
-            2 => dot_q_t::<F, 2>(row, act, t0, out),
-            3 => dot_q_t::<F, 3>(row, act, t0, out),
-            _ => dot_q_t::<F, TILE>(row, act, t0, &mut out[..TILE]),
+        match nt {
+            1 => dot_q_t::<F, 1>(rows, rb, act, t0, out, stride),
+            2 => dot_q_t::<F, 2>(rows, rb, act, t0, out, stride),
+            3 => dot_q_t::<F, 3>(rows, rb, act, t0, out, stride),
+            _ => dot_q_t::<F, TILE>(rows, rb, act, t0, out, stride),
         }
     }
 }
@@ -485,13 +516,33 @@ fn load_w8(fmt: FloatFormat, row: &[u8], i: usize) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f_t<const T: usize>(
     fmt: FloatFormat,
-    row: &[u8],
+    rows: &[u8],
+    rb: usize,
     x: &[f32],
     cols: usize,
     t0: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
-    let xt: [&[f32]; T] = std::array::from_fn(|t| &x[(t0 + t) * cols..(t0 + t + 1) * cols]);
+    let mut xt: [&[f32]; T] = [&[]; T];
+    for (t, s) in xt.iter_mut().enumerate() {
+        *s = &x[(t0 + t) * cols..(t0 + t + 1) * cols];
+    }
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        // SAFETY: forwarded from the caller.
+        unsafe { dot_f_row::<T>(fmt, row, &xt, cols, &mut out[r * stride..r * stride + T]) };
+    }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn dot_f_row<const T: usize>(
+    fmt: FloatFormat,
+    row: &[u8],
+    xt: &[&[f32]; T],
+    cols: usize,
+    out: &mut [f32],
+) {
     let mut acc = [_mm256_setzero_ps(); T];
     let mut i = 0;
     while i + 8 <= cols {
@@ -516,21 +567,27 @@ unsafe fn dot_f_t<const T: usize>(
 ///
 /// # Safety
 /// AVX2/FMA/F16C must be available.
+#[allow(clippy::too_many_arguments)]
 pub(crate) unsafe fn dot_f(
     fmt: FloatFormat,
-    row: &[u8],
+    rows: &[u8],
+    rb: usize,
     x: &[f32],
     cols: usize,
     t0: usize,
+    nt: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
     // SAFETY: forwarded from the caller.
     unsafe {
-        match out.len() {
-            1 => dot_f_t::<1>(fmt, row, x, cols, t0, out),
-            2 => dot_f_t::<2>(fmt, row, x, cols, t0, out),
-            3 => dot_f_t::<3>(fmt, row, x, cols, t0, out),
-            _ => dot_f_t::<TILE>(fmt, row, x, cols, t0, &mut out[..TILE]),
+        match nt {
+            1 => dot_f_t::<1>(fmt, rows, rb, x, cols, t0, out, stride),
+            2 => dot_f_t::<2>(fmt, rows, rb, x, cols, t0, out, stride),
+            3 => dot_f_t::<3>(fmt, rows, rb, x, cols, t0, out, stride),
+            _ => dot_f_t::<TILE>(fmt, rows, rb, x, cols, t0, out, stride),
         }
     }
 }
+
+const _: () = assert!(TILE == 4, "dot_q / dot_f dispatch on tile sizes 1..=4");

@@ -146,23 +146,39 @@ fn float_format(ty: GgmlType) -> Option<FloatFormat> {
     }
 }
 
-/// A quantized-row kernel: out[t] = row · act[t0 + t] for out.len() (1..=TILE) tokens.
+/// (rows, row bytes, activations, t0, nt, out, out stride).
+type QFn = fn(&[u8], usize, &QAct, usize, usize, &mut [f32], usize);
+#[cfg(target_arch = "x86_64")]
+type QFnUnsafe = unsafe fn(&[u8], usize, &QAct, usize, usize, &mut [f32], usize);
+
+/// A quantized-rows kernel: out[r * stride + t] = rows[r] · act[t0 + t] for nt (1..=TILE)
+/// tokens.
 #[derive(Clone, Copy)]
 enum QKernel {
-    Scalar(fn(&[u8], &QAct, usize, &mut [f32])),
+    Scalar(QFn),
     #[cfg(target_arch = "x86_64")]
-    Avx2(unsafe fn(&[u8], &QAct, usize, &mut [f32])),
+    Avx2(QFnUnsafe),
 }
 
 impl QKernel {
     #[inline]
-    fn run(self, row: &[u8], act: &QAct, t0: usize, out: &mut [f32]) {
+    #[allow(clippy::too_many_arguments)]
+    fn run(
+        self,
+        rows: &[u8],
+        rb: usize,
+        act: &QAct,
+        t0: usize,
+        nt: usize,
+        out: &mut [f32],
+        stride: usize,
+    ) {
         match self {
-            QKernel::Scalar(k) => k(row, act, t0, out),
+            QKernel::Scalar(k) => k(rows, rb, act, t0, nt, out, stride),
             // SAFETY: an Avx2 kernel is only built by quant_kernel(_, Isa::Avx2), which
             // matmul_with reaches only after Isa::Avx2.available() returned true.
             #[cfg(target_arch = "x86_64")]
-            QKernel::Avx2(k) => unsafe { k(row, act, t0, out) },
+            QKernel::Avx2(k) => unsafe { k(rows, rb, act, t0, nt, out, stride) },
         }
     }
 }
@@ -261,7 +277,7 @@ pub fn matmul_with(
             y,
             &mut scratch.yt,
             || (),
-            |_, row, t0, out| k.run(row, act, t0, out),
+            |_, rows, t0, nt, out| k.run(rows, rb, act, t0, nt, out, n_tokens),
         );
         return Ok(());
     }
@@ -273,7 +289,7 @@ pub fn matmul_with(
             y,
             &mut scratch.yt,
             || (),
-            |_, row, t0, out| float_dot(isa, ff, row, x, cols, t0, out),
+            |_, rows, t0, nt, out| float_dot(isa, ff, rows, rb, x, cols, t0, nt, out, n_tokens),
         );
         return Ok(());
     }
@@ -293,14 +309,28 @@ pub fn matmul_with(
         y,
         &mut scratch.yt,
         || vec![0f32; cols],
-        |buf, row, t0, out| {
-            if ops::dequantize_ref(ty, row, buf).is_err() {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                out.fill(f32::NAN);
-                return;
+        |buf, rows, t0, nt, out| {
+            for (r, row) in rows.chunks_exact(rb).enumerate() {
+                let o = &mut out[r * n_tokens..];
+                if ops::dequantize_ref(ty, row, buf).is_err() {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    o[..nt].fill(f32::NAN);
+                    continue;
+                }
+                let bytes: &[u8] = bytemuck::cast_slice(buf.as_slice());
+                float_dot(
+                    isa,
+                    FloatFormat::F32,
+                    bytes,
+                    4 * cols,
+                    x,
+                    cols,
+                    t0,
+                    nt,
+                    o,
+                    n_tokens,
+                );
             }
-            let bytes: &[u8] = bytemuck::cast_slice(buf.as_slice());
-            float_dot(isa, FloatFormat::F32, bytes, x, cols, t0, out)
         },
     );
     if failed.load(std::sync::atomic::Ordering::Relaxed) {
@@ -313,25 +343,30 @@ pub fn matmul_with(
 }
 
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn float_dot(
     isa: Isa,
     ff: FloatFormat,
-    row: &[u8],
+    rows: &[u8],
+    rb: usize,
     x: &[f32],
     cols: usize,
     t0: usize,
+    nt: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
     match isa {
         // SAFETY: matmul_with checked Isa::Avx2.available() before running any kernel.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2::dot_f(ff, row, x, cols, t0, out) },
-        _ => scalar::dot_f(ff, row, x, cols, t0, out),
+        Isa::Avx2 => unsafe { avx2::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride) },
+        _ => scalar::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride),
     }
 }
 
-/// Runs `k(state, row, t0, out)` over all rows and token tiles, rows split across threads.
-/// `k` writes out[t] = row · x[t0 + t] for out.len() tokens.
+/// Runs `k(state, rows, t0, nt, out)` over all rows and token tiles, rows split across threads.
+/// `k` writes out[r * n_tokens + t] = rows[r] · x[t0 + t] for t < nt; `out` starts at the
+/// tile's first token of the chunk's first row.
 fn run_rows<S, I, K>(
     w: &WeightView,
     rb: usize,
@@ -342,7 +377,7 @@ fn run_rows<S, I, K>(
     k: K,
 ) where
     I: Fn() -> S + Sync + Send,
-    K: Fn(&mut S, &[u8], usize, &mut [f32]) + Sync + Send,
+    K: Fn(&mut S, &[u8], usize, usize, &mut [f32]) + Sync + Send,
 {
     let rows = w.rows;
     // [rows, n_tokens]: for one token that is y's own layout.
@@ -361,15 +396,11 @@ fn run_rows<S, I, K>(
     let work = |(ci, o): (usize, &mut [f32]), st: &mut S| {
         let r0 = ci * chunk_rows;
         let nr = o.len() / n_tokens;
-        let mut tmp = [0f32; TILE];
+        let rows = &w.data[r0 * rb..(r0 + nr) * rb];
         let mut t0 = 0;
         while t0 < n_tokens {
             let nt = TILE.min(n_tokens - t0);
-            for r in 0..nr {
-                let row = &w.data[(r0 + r) * rb..(r0 + r + 1) * rb];
-                k(st, row, t0, &mut tmp[..nt]);
-                o[r * n_tokens + t0..r * n_tokens + t0 + nt].copy_from_slice(&tmp[..nt]);
-            }
+            k(st, rows, t0, nt, &mut o[t0..]);
             t0 += nt;
         }
     };

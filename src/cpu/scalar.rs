@@ -5,8 +5,23 @@ use super::act::QAct;
 use super::formats::{Chunk, Format};
 use super::{FloatFormat, TILE};
 
-/// out[t] = row · x[t0 + t] for `out.len()` (<= TILE) tokens, weights in format `F`.
-pub(crate) fn dot_q<F: Format>(row: &[u8], act: &QAct, t0: usize, out: &mut [f32]) {
+/// out[r * stride + t] = rows[r] · x[t0 + t] for every row of `rb` bytes and `nt` (<= TILE)
+/// tokens, weights in format `F`.
+pub(crate) fn dot_q<F: Format>(
+    rows: &[u8],
+    rb: usize,
+    act: &QAct,
+    t0: usize,
+    nt: usize,
+    out: &mut [f32],
+    stride: usize,
+) {
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        dot_q_row::<F>(row, act, t0, &mut out[r * stride..r * stride + nt]);
+    }
+}
+
+fn dot_q_row<F: Format>(row: &[u8], act: &QAct, t0: usize, out: &mut [f32]) {
     let nt = out.len().min(TILE);
     let mut acc = [0f32; TILE];
     let mut ch = Chunk::default();
@@ -45,15 +60,26 @@ pub(crate) fn float_at(fmt: FloatFormat, row: &[u8], i: usize) -> f32 {
     }
 }
 
-/// out[t] = row · x[t0 + t] in f32 for a float-format row; x is [n_tokens, cols] f32.
+/// out[r * stride + t] = rows[r] · x[t0 + t] in f32 for float-format rows of `rb` bytes;
+/// x is [n_tokens, cols] f32.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn dot_f(
     fmt: FloatFormat,
-    row: &[u8],
+    rows: &[u8],
+    rb: usize,
     x: &[f32],
     cols: usize,
     t0: usize,
+    nt: usize,
     out: &mut [f32],
+    stride: usize,
 ) {
+    for (r, row) in rows.chunks_exact(rb).enumerate() {
+        dot_f_row(fmt, row, x, cols, t0, &mut out[r * stride..r * stride + nt]);
+    }
+}
+
+fn dot_f_row(fmt: FloatFormat, row: &[u8], x: &[f32], cols: usize, t0: usize, out: &mut [f32]) {
     let nt = out.len().min(TILE);
     // Eight partial sums per token keep the dependency chains short on any target.
     let mut acc = [[0f32; 8]; TILE];
