@@ -139,3 +139,47 @@ fn hsum_i32(v: std::arch::x86_64::__m256i) -> i32 {
     let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
     _mm_cvtsi128_si32(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 quantizer must produce the very bytes, scales and sums of the portable one
+    /// (both round ties to even), so the two matmul paths see the same activations.
+    #[test]
+    fn avx2_quantizer_matches_scalar() {
+        if !crate::cpu::Isa::Avx2.available() {
+            return;
+        }
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut x: Vec<f32> = (0..3 * 320)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                    * if s.is_multiple_of(50) { 80.0 } else { 2.0 }
+            })
+            .collect();
+        // An all-zero chunk (d = 0), a chunk of exact ties, and a single huge outlier.
+        x[32..64].fill(0.0);
+        // amax 127 gives d = 1, so k + 0.5 sits exactly on a rounding tie.
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = i as f32 - 16.5;
+        }
+        x[64] = 127.0;
+        x[100] = 1e6;
+        let (mut a, mut b) = (QAct::default(), QAct::default());
+        a.quantize_scalar(&x, 3, 320);
+        #[cfg(target_arch = "x86_64")]
+        b.quantize_avx2(&x, 3, 320);
+        assert_eq!(a.qs, b.qs);
+        assert_eq!(a.d, b.d);
+        assert_eq!(a.xs, b.xs);
+        // Quantization error is at most d/2 per element.
+        for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
+            let d = a.d[i / 32];
+            assert!((d * q as f32 - v).abs() <= d * 0.5 * 1.0001, "element {i}");
+        }
+    }
+}

@@ -485,6 +485,10 @@ pub(crate) unsafe fn dot_q<F: FormatAvx2>(
             1 => dot_q_t::<F, 1>(rows, rb, act, t0, out, stride),
             2 => dot_q_t::<F, 2>(rows, rb, act, t0, out, stride),
             3 => dot_q_t::<F, 3>(rows, rb, act, t0, out, stride),
+            4 => dot_q_t::<F, 4>(rows, rb, act, t0, out, stride),
+            5 => dot_q_t::<F, 5>(rows, rb, act, t0, out, stride),
+            6 => dot_q_t::<F, 6>(rows, rb, act, t0, out, stride),
+            7 => dot_q_t::<F, 7>(rows, rb, act, t0, out, stride),
             _ => dot_q_t::<F, TILE>(rows, rb, act, t0, out, stride),
         }
     }
@@ -513,6 +517,7 @@ fn load_w8(fmt: FloatFormat, row: &[u8], i: usize) -> __m256 {
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn dot_f_t<const T: usize>(
     fmt: FloatFormat,
@@ -585,9 +590,13 @@ pub(crate) unsafe fn dot_f(
             1 => dot_f_t::<1>(fmt, rows, rb, x, cols, t0, out, stride),
             2 => dot_f_t::<2>(fmt, rows, rb, x, cols, t0, out, stride),
             3 => dot_f_t::<3>(fmt, rows, rb, x, cols, t0, out, stride),
+            4 => dot_f_t::<4>(fmt, rows, rb, x, cols, t0, out, stride),
+            5 => dot_f_t::<5>(fmt, rows, rb, x, cols, t0, out, stride),
+            6 => dot_f_t::<6>(fmt, rows, rb, x, cols, t0, out, stride),
+            7 => dot_f_t::<7>(fmt, rows, rb, x, cols, t0, out, stride),
             _ => dot_f_t::<TILE>(fmt, rows, rb, x, cols, t0, out, stride),
         }
     }
 }
 
-const _: () = assert!(TILE == 4, "dot_q / dot_f dispatch on tile sizes 1..=4");
+const _: () = assert!(TILE == 8, "dot_q / dot_f dispatch on tile sizes 1..=8");

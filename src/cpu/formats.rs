@@ -425,3 +425,68 @@ pub(crate) fn dequantize<F: Format>(data: &[u8], out: &mut [f32]) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every one of the 65536 halves converts exactly as the `half` crate does (NaNs stay NaN).
+    #[test]
+    fn f16_conversion_is_exact_for_all_halves() {
+        for h in 0..=u16::MAX {
+            let want = half::f16::from_bits(h).to_f32();
+            let got = f16_to_f32(h);
+            if want.is_nan() {
+                assert!(got.is_nan(), "{h:#06x}");
+            } else {
+                assert_eq!(got.to_bits(), want.to_bits(), "{h:#06x}");
+            }
+        }
+    }
+
+    /// The chunk decomposition w = dw·mul·u + c reproduces kernels-ref's dequantization.
+    #[test]
+    fn chunk_dequant_matches_kernels_ref() {
+        let mut s = 88172645463325252u64;
+        let mut bytes = |n: usize| -> Vec<u8> {
+            (0..n)
+                .map(|_| {
+                    s ^= s << 13;
+                    s ^= s >> 7;
+                    s ^= s << 17;
+                    s as u8
+                })
+                .collect()
+        };
+        fn check<F: Format>(ty: GgmlType, data: &mut [u8], scale_offs: &[usize]) {
+            for blk in data.chunks_exact_mut(F::BYTES) {
+                for &o in scale_offs {
+                    blk[o..o + 2].copy_from_slice(&half::f16::from_f32(0.0123).to_le_bytes());
+                }
+            }
+            let n = data.len() / F::BYTES * F::BLOCK;
+            let want = kernels_ref::dequantize_vec(ty, data, n).unwrap();
+            let mut got = vec![f32::NAN; n];
+            dequantize::<F>(data, &mut got);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-6 * w.abs().max(1e-3),
+                    "{ty} element {i}: {g} vs {w}"
+                );
+            }
+        }
+        use kernels_ref::GgmlType;
+        check::<Q4_0>(GgmlType::Q4_0, &mut bytes(18 * 3), &[0]);
+        check::<Q4_1>(GgmlType::Q4_1, &mut bytes(20 * 3), &[0, 2]);
+        check::<Q5_0>(GgmlType::Q5_0, &mut bytes(22 * 3), &[0]);
+        check::<Q5_1>(GgmlType::Q5_1, &mut bytes(24 * 3), &[0, 2]);
+        check::<Q8_0>(GgmlType::Q8_0, &mut bytes(34 * 3), &[0]);
+        check::<IQ4_NL>(GgmlType::IQ4_NL, &mut bytes(18 * 3), &[0]);
+        check::<Q2_K>(GgmlType::Q2_K, &mut bytes(84 * 2), &[80, 82]);
+        check::<Q3_K>(GgmlType::Q3_K, &mut bytes(110 * 2), &[108]);
+        check::<Q4_K>(GgmlType::Q4_K, &mut bytes(144 * 2), &[0, 2]);
+        check::<Q5_K>(GgmlType::Q5_K, &mut bytes(176 * 2), &[0, 2]);
+        check::<Q6_K>(GgmlType::Q6_K, &mut bytes(210 * 2), &[208]);
+        check::<TQ2_0>(GgmlType::TQ2_0, &mut bytes(66 * 2), &[64]);
+    }
+}

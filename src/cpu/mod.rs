@@ -27,7 +27,7 @@ pub use attention::attention;
 pub use ops::{add, embedding, rms_norm, rope, rope_tokens, silu, softmax, swiglu};
 
 /// Tokens per tile of the matmul kernels.
-pub(crate) const TILE: usize = 4;
+pub(crate) const TILE: usize = 8;
 
 /// Bytes of one row chunk's weights to keep in L2 while token tiles pass over it.
 const CHUNK_BYTES: usize = 96 * 1024;
