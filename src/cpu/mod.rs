@@ -29,6 +29,10 @@ pub use ops::{add, embedding, rms_norm, rope, rope_tokens, silu, softmax, swiglu
 /// Tokens per tile of the matmul kernels.
 pub(crate) const TILE: usize = 8;
 
+/// Below this many multiply-adds a matmul runs on the calling thread: ~15 µs of one core's work
+/// (decode's 192x576 K/V projections), a few times what waking rayon's workers costs.
+const PAR_MIN_MACS: usize = 128 * 1024;
+
 /// Bytes of one row chunk's weights to keep in L2 while token tiles pass over it.
 const CHUNK_BYTES: usize = 96 * 1024;
 
@@ -404,7 +408,7 @@ fn run_rows<S, I, K>(
             t0 += nt;
         }
     };
-    let small = rows * w.cols * n_tokens < 64 * 1024;
+    let small = rows * w.cols * n_tokens < PAR_MIN_MACS;
     if small || threads == 1 {
         let mut st = init();
         for item in out.chunks_mut(chunk_rows * n_tokens).enumerate() {
