@@ -44,14 +44,14 @@ fn rope_normal_and_neox_with_partial_rotation() {
     let mut rng = Rng::new(2);
     let (nh, hd, n_tok, pos0) = (3, 16, 4, 1000);
     for neox in [false, true] {
-        for n_rot in [16, 8] {
+        for (n_rot, fs) in [(16, 1.0), (8, 1.0), (16, 0.25)] {
             let x = rng.activations(n_tok * nh * hd);
             let mut got = x.clone();
-            cpu::rope_tokens(&mut got, n_tok, nh, hd, n_rot, pos0, 10000.0, 1.0, neox).unwrap();
+            cpu::rope_tokens(&mut got, n_tok, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
             for t in 0..n_tok {
                 let xt = &x[t * nh * hd..(t + 1) * nh * hd];
                 let mut want = xt.to_vec();
-                kernels_ref::rope(&mut want, nh, hd, n_rot, pos0 + t, 10000.0, 1.0, neox);
+                kernels_ref::rope(&mut want, nh, hd, n_rot, pos0 + t, 10000.0, fs, neox);
                 let want = wide(&want);
                 let g = &got[t * nh * hd..(t + 1) * nh * hd];
                 // Angles up to ~1000 rad rounded to f32 cos/sin: ~1e-7 relative per term.
@@ -63,7 +63,7 @@ fn rope_normal_and_neox_with_partial_rotation() {
                 );
             }
             let mut one = x[..nh * hd].to_vec();
-            cpu::rope(&mut one, nh, hd, n_rot, pos0, 10000.0, 1.0, neox).unwrap();
+            cpu::rope(&mut one, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
             assert_eq!(
                 one,
                 got[..nh * hd],

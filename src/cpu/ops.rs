@@ -107,12 +107,16 @@ pub fn rope_tokens(
         ));
     }
     let half = n_rot / 2;
+    // [half] inverse frequencies, shared by all tokens.
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
+        .collect();
     // [half] cos and sin of the current token's angles.
     let mut cs = vec![(0f32, 0f32); half];
     for (t, xt) in x.chunks_exact_mut((n_heads * head_dim).max(1)).enumerate() {
         let p = (pos0 + t) as f64 * freq_scale as f64;
-        for (i, c) in cs.iter_mut().enumerate() {
-            let theta = p * (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64);
+        for (c, f) in cs.iter_mut().zip(&inv_freq) {
+            let theta = p * f;
             *c = (theta.cos() as f32, theta.sin() as f32);
         }
         for h in xt.chunks_exact_mut(head_dim.max(1)) {
