@@ -33,10 +33,13 @@ fn isas() -> Vec<Isa> {
 }
 
 /// Column counts: one block, a few blocks, and more than 64 chunks of 32 (the AVX2 kernel's
-/// correction segment), none a multiple of a thread chunk.
+/// correction segment), none a multiple of a thread chunk. Float formats also get counts that
+/// are not a multiple of the 8-lane vector, to reach the scalar tails.
 fn col_cases(ty: GgmlType) -> Vec<usize> {
     let b = ty.block_size().max(32);
-    if b == 256 {
+    if ty.block_size() == 1 {
+        vec![1, 37, 2083]
+    } else if b == 256 {
         vec![256, 768, 256 * 9]
     } else {
         vec![b, 3 * b, 32 * 65 + 32 * 6]
@@ -212,6 +215,11 @@ fn bad_arguments_are_errors() {
     assert!(cpu::matmul(&w, &[0.0; 32], 1, &mut y[..1], &mut s).is_err());
     assert!(cpu::matmul(&w, &[0.0; 32], 1, &mut y, &mut s).is_ok());
     // A type ggml knows but memwall cannot compute with is a typed error, not a panic.
+    // Zero columns: every output is the empty sum (the poison must be overwritten).
+    let w0 = WeightView::new(GgmlType::Q8_0, &[], 3, 0).unwrap();
+    let mut y0 = vec![f32::NAN; 6];
+    cpu::matmul(&w0, &[], 2, &mut y0, &mut s).unwrap();
+    assert_eq!(y0, vec![0.0; 6]);
     let iq = vec![0u8; GgmlType::IQ2_XXS.type_size()];
     let w = WeightView::new(GgmlType::IQ2_XXS, &iq, 1, 256).unwrap();
     let err = cpu::matmul(&w, &[0.0; 256], 1, &mut y[..1], &mut s).unwrap_err();

@@ -265,6 +265,11 @@ pub fn matmul_with(
     if n_tokens == 0 || w.rows == 0 {
         return Ok(());
     }
+    if w.cols == 0 {
+        // Empty sums; also keeps the zero-byte rows away from chunks_exact(0).
+        y.fill(0.0);
+        return Ok(());
+    }
     let cols = w.cols;
     if let Some(k) = quant_kernel(w.ty, isa) {
         let act = &mut scratch.act;
