@@ -228,3 +228,50 @@ fn bad_arguments_are_errors() {
         "{err}"
     );
 }
+
+/// The real model's weights (Q4_1 layers, Q8_0 token embedding used as the tied output) through
+/// matmul against the oracle. Fails when the model is missing.
+#[test]
+fn real_model_weights_match_oracle() {
+    let path = std::env::var("MEMWALL_MODEL").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/memwall/SmolLM2-135M-Instruct.Q4_1.gguf",
+            std::env::var("HOME").unwrap()
+        )
+    });
+    let g = memwall::gguf::Gguf::open(&path).unwrap_or_else(|e| panic!("model {path}: {e}"));
+    let mut rng = Rng::new(9);
+    let mut scratch = MatmulScratch::default();
+    for name in [
+        "blk.0.ffn_down.weight",
+        "blk.3.attn_k.weight",
+        "token_embd.weight",
+    ] {
+        let t = g.require_tensor(name).unwrap();
+        let (cols, all_rows) = (t.dims[0] as usize, t.dims[1] as usize);
+        // The first 300 rows are plenty for the 49152-row embedding.
+        let rows = all_rows.min(300);
+        let rb = t.ty.row_bytes(cols as u64).unwrap() as usize;
+        let data = &g.tensor_data(t)[..rows * rb];
+        let w = WeightView::new(t.ty, data, rows, cols).unwrap();
+        let wf = kernels_ref::dequantize_vec(t.ty, data, rows * cols).unwrap();
+        for n in [1, 5] {
+            let x = rng.activations(n * cols);
+            let mut y = vec![f32::NAN; n * rows];
+            cpu::matmul(&w, &x, n, &mut y, &mut scratch).unwrap();
+            for tk in 0..n {
+                let xt = &x[tk * cols..(tk + 1) * cols];
+                for r in 0..rows {
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    let exact: f64 = wr.iter().zip(xt).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let tol = tolerance(t.ty, wr, xt);
+                    let got = y[tk * rows + r];
+                    assert!(
+                        (got as f64 - exact).abs() <= tol,
+                        "{name} y[{tk}][{r}] = {got}, expected {exact}, tol {tol:e}"
+                    );
+                }
+            }
+        }
+    }
+}
