@@ -5,7 +5,6 @@ pub mod backend;
 pub mod chat;
 pub mod check;
 pub mod config;
-#[path = "cpu_tmp.rs"]
 pub mod cpu;
 pub mod cpu_backend;
 pub mod engine;

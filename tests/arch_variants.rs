@@ -166,39 +166,28 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 fn llama_mistral_qwen2_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
+    // Float weights take the fast path's f32 dot products, so they must match the reference
+    // to rounding: these catch any structural slip (a bias, the RoPE pairing, the output head).
+    // Quantized weights go through 8-bit activations, which moves random-weight logits by a
+    // few percent of their range; a structural slip moves them by all of it.
+    let v = |arch, tied, bias, matrix_type| Variant {
+        arch,
+        tied,
+        bias,
+        matrix_type,
+    };
     let variants = [
-        Variant {
-            arch: "llama",
-            tied: true,
-            bias: false,
-            matrix_type: GgmlType::Q4_1,
-        },
-        Variant {
-            arch: "llama",
-            tied: false,
-            bias: false,
-            matrix_type: GgmlType::Q8_0,
-        },
-        Variant {
-            arch: "mistral",
-            tied: false,
-            bias: false,
-            matrix_type: GgmlType::Q4_0,
-        },
-        Variant {
-            arch: "qwen2",
-            tied: false,
-            bias: true,
-            matrix_type: GgmlType::F16,
-        },
-        Variant {
-            arch: "qwen2",
-            tied: true,
-            bias: true,
-            matrix_type: GgmlType::Q5_1,
-        },
+        v("llama", true, false, GgmlType::F32),
+        v("mistral", false, false, GgmlType::F16),
+        v("qwen2", false, true, GgmlType::F32),
+        v("qwen2", true, true, GgmlType::F16),
+        v("llama", true, false, GgmlType::Q4_1),
+        v("llama", false, false, GgmlType::Q8_0),
+        v("mistral", false, false, GgmlType::Q4_0),
+        v("qwen2", true, true, GgmlType::Q5_1),
     ];
     for v in &variants {
+        let v: &Variant = v;
         let path = dir.join(format!("{}-{}.gguf", v.arch, v.matrix_type));
         write_model(v, &path);
         let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
@@ -216,9 +205,18 @@ fn llama_mistral_qwen2_match_the_reference() {
             "{} {} tied={} bias={}: max rel err {e:.2e}",
             v.arch, v.matrix_type, v.tied, v.bias
         );
+        let float = matches!(v.matrix_type, GgmlType::F32 | GgmlType::F16);
+        // The Q8_0 embedding feeds the output head in tied variants, with 8-bit activations.
+        let tol = if float && !v.tied {
+            1e-3
+        } else if float {
+            2e-2
+        } else {
+            0.12
+        };
         assert!(
-            e < 0.03,
-            "{} {}: logits differ by {e}",
+            e < tol,
+            "{} {}: logits differ by {e} (tolerance {tol})",
             v.arch,
             v.matrix_type
         );

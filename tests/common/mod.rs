@@ -128,3 +128,8 @@ pub use reference::{reference_forward, rel_err};
 pub fn shared() -> PathBuf {
     shared_path("reference").parent().unwrap().to_path_buf()
 }
+
+#[allow(dead_code)]
+mod kernels;
+#[allow(unused_imports)]
+pub use kernels::*;

@@ -1,0 +1,185 @@
+//! Activation quantization: each token's input row is turned into 8-bit chunks of 32 once per
+//! matmul, so every weight format's dot product is an integer one.
+//!
+//! One activation format serves all weight formats: a per-32 f32 scale `d` (finer than ggml's
+//! per-256 Q8_K, so K-quant dot products lose less), and the scaled sum of each half chunk
+//! `xs = d * Σ q` over 16 values, which pays for the offset (min / -8 / -32) terms of the weights.
+
+/// Quantized activations for `n_tokens` rows of `cols` values.
+#[derive(Default)]
+pub(crate) struct QAct {
+    /// [n_tokens, cols] quantized values, |q| <= 127.
+    pub qs: Vec<i8>,
+    /// [n_tokens, cols / 32] scale of each chunk: x ≈ d * q.
+    pub d: Vec<f32>,
+    /// [n_tokens, cols / 16] d * (sum of the 16 q values of each half chunk).
+    pub xs: Vec<f32>,
+    pub cols: usize,
+    pub n_tokens: usize,
+}
+
+impl QAct {
+    /// Sizes the buffers (growing only) for `n_tokens` rows of `cols` (a multiple of 32).
+    fn reset(&mut self, n_tokens: usize, cols: usize) {
+        let n = n_tokens * cols;
+        self.qs.resize(n, 0);
+        self.d.resize(n / 32, 0.0);
+        self.xs.resize(n / 16, 0.0);
+        self.cols = cols;
+        self.n_tokens = n_tokens;
+    }
+
+    /// Token `t`'s slices: (qs [cols], d [cols/32], xs [cols/16]).
+    #[inline]
+    pub fn token(&self, t: usize) -> (&[i8], &[f32], &[f32]) {
+        let c = self.cols;
+        (
+            &self.qs[t * c..(t + 1) * c],
+            &self.d[t * c / 32..(t + 1) * c / 32],
+            &self.xs[t * c / 16..(t + 1) * c / 16],
+        )
+    }
+
+    /// Quantizes `x` ([n_tokens, cols]) with the portable code.
+    pub fn quantize_scalar(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
+        self.reset(n_tokens, cols);
+        let chunks = x
+            .chunks_exact(32)
+            .zip(self.qs.chunks_exact_mut(32))
+            .zip(self.d.iter_mut())
+            .zip(self.xs.chunks_exact_mut(2));
+        for (((xc, qc), d), xs) in chunks {
+            let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+            let dd = amax / 127.0;
+            let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
+            let mut sums = [0i32; 2];
+            for (i, (q, &v)) in qc.iter_mut().zip(xc).enumerate() {
+                // Ties to even, as the AVX2 rounding instruction does, so both paths agree.
+                let r = (v * id).round_ties_even() as i32;
+                *q = r as i8;
+                sums[i / 16] += r;
+            }
+            *d = dd;
+            xs[0] = dd * sums[0] as f32;
+            xs[1] = dd * sums[1] as f32;
+        }
+    }
+
+    /// Quantizes `x` ([n_tokens, cols]) with AVX2; same results as `quantize_scalar`.
+    #[cfg(target_arch = "x86_64")]
+    pub fn quantize_avx2(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
+        self.reset(n_tokens, cols);
+        let chunks = x
+            .chunks_exact(32)
+            .zip(self.qs.chunks_exact_mut(32))
+            .zip(self.d.iter_mut())
+            .zip(self.xs.chunks_exact_mut(2));
+        for (((xc, qc), d), xs) in chunks {
+            // SAFETY: the caller selected this path after `is_x86_feature_detected!("avx2")`;
+            // the slices are exactly 32 and 2 long, as quant_chunk_avx2 requires.
+            unsafe { quant_chunk_avx2(xc, qc, d, xs) };
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32]) {
+    use std::arch::x86_64::*;
+    debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2);
+    // SAFETY (loads/stores): xc has 32 f32 and qc 32 bytes, so every access below is in bounds.
+    unsafe {
+        let p = xc.as_ptr();
+        let v = [
+            _mm256_loadu_ps(p),
+            _mm256_loadu_ps(p.add(8)),
+            _mm256_loadu_ps(p.add(16)),
+            _mm256_loadu_ps(p.add(24)),
+        ];
+        let sign = _mm256_set1_ps(-0.0);
+        let mut m = _mm256_andnot_ps(sign, v[0]);
+        for vi in &v[1..] {
+            m = _mm256_max_ps(m, _mm256_andnot_ps(sign, *vi));
+        }
+        let m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+        let m2 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+        let m1 = _mm_max_ss(m2, _mm_movehdup_ps(m2));
+        let amax = _mm_cvtss_f32(m1);
+        let dd = amax / 127.0;
+        let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
+        let idv = _mm256_set1_ps(id);
+        let mut q = [_mm256_setzero_si256(); 4];
+        for (qi, vi) in q.iter_mut().zip(v) {
+            let r = _mm256_round_ps(
+                _mm256_mul_ps(vi, idv),
+                _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+            );
+            *qi = _mm256_cvtps_epi32(r);
+        }
+        let s0 = hsum_i32(_mm256_add_epi32(q[0], q[1]));
+        let s1 = hsum_i32(_mm256_add_epi32(q[2], q[3]));
+        // packs interleave 128-bit lanes; the final permute restores element order.
+        let a = _mm256_packs_epi32(q[0], q[1]);
+        let b = _mm256_packs_epi32(q[2], q[3]);
+        let c = _mm256_packs_epi16(a, b);
+        let c = _mm256_permutevar8x32_epi32(c, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+        _mm256_storeu_si256(qc.as_mut_ptr() as *mut __m256i, c);
+        *d = dd;
+        xs[0] = dd * s0 as f32;
+        xs[1] = dd * s1 as f32;
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+fn hsum_i32(v: std::arch::x86_64::__m256i) -> i32 {
+    use std::arch::x86_64::*;
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The AVX2 quantizer must produce the very bytes, scales and sums of the portable one
+    /// (both round ties to even), so the two matmul paths see the same activations.
+    #[test]
+    fn avx2_quantizer_matches_scalar() {
+        if !crate::cpu::Isa::Avx2.available() {
+            return;
+        }
+        let mut s = 0x2545_f491_4f6c_dd1du64;
+        let mut x: Vec<f32> = (0..3 * 320)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                ((s >> 40) as f32 / (1u64 << 24) as f32 - 0.5)
+                    * if s.is_multiple_of(50) { 80.0 } else { 2.0 }
+            })
+            .collect();
+        // An all-zero chunk (d = 0), a chunk of exact ties, and a single huge outlier.
+        x[32..64].fill(0.0);
+        // amax 127 gives d = 1, so k + 0.5 sits exactly on a rounding tie.
+        for (i, v) in x[64..96].iter_mut().enumerate() {
+            *v = i as f32 - 16.5;
+        }
+        x[64] = 127.0;
+        x[100] = 1e6;
+        let (mut a, mut b) = (QAct::default(), QAct::default());
+        a.quantize_scalar(&x, 3, 320);
+        #[cfg(target_arch = "x86_64")]
+        b.quantize_avx2(&x, 3, 320);
+        assert_eq!(a.qs, b.qs);
+        assert_eq!(a.d, b.d);
+        assert_eq!(a.xs, b.xs);
+        // Quantization error is at most d/2 per element.
+        for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
+            let d = a.d[i / 32];
+            assert!((d * q as f32 - v).abs() <= d * 0.5 * 1.0001, "element {i}");
+        }
+    }
+}

@@ -1,0 +1,251 @@
+//! Element-wise and row-wise ops: RMS norm, RoPE, softmax, SwiGLU, add, embedding lookup.
+//!
+//! These are a small share of a forward pass, so they are plain portable loops written so the
+//! compiler vectorizes them (eight partial sums instead of one serial chain).
+
+use super::formats as f;
+use super::scalar::float_at;
+use super::FloatFormat;
+use crate::{Error, GgmlType, Result};
+
+fn len_err(what: &str, detail: String) -> Error {
+    Error::InvalidArgument(format!("{what}: {detail}"))
+}
+
+/// Sum of squares with eight partial sums.
+fn sum_sq(x: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, v) in acc.iter_mut().zip(c) {
+            *a += v * v;
+        }
+    }
+    acc.iter().sum::<f32>() + tail.iter().map(|v| v * v).sum::<f32>()
+}
+
+/// Dot product with eight partial sums.
+pub(crate) fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0f32; 8];
+    let ca = a.chunks_exact(8);
+    let cb = b.chunks_exact(8);
+    let tail: f32 = ca
+        .remainder()
+        .iter()
+        .zip(cb.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ca.zip(cb) {
+        for i in 0..8 {
+            acc[i] += x[i] * y[i];
+        }
+    }
+    acc.iter().sum::<f32>() + tail
+}
+
+/// RMS norm of each row: out = x / sqrt(mean(x²) + eps) * weight. `x` and `out` are
+/// [n_rows, n] with n = weight.len().
+pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) -> Result<()> {
+    let n = weight.len();
+    if n == 0 || !x.len().is_multiple_of(n) || out.len() != x.len() {
+        return Err(len_err(
+            "rms_norm",
+            format!("x {} / out {} not rows of {n}", x.len(), out.len()),
+        ));
+    }
+    for (xr, or) in x.chunks_exact(n).zip(out.chunks_exact_mut(n)) {
+        let scale = 1.0 / (sum_sq(xr) / n as f32 + eps).sqrt();
+        for ((o, &v), &g) in or.iter_mut().zip(xr).zip(weight) {
+            *o = v * scale * g;
+        }
+    }
+    Ok(())
+}
+
+/// Rotary embedding in place for one token at position `pos`. `x` is [n_heads, head_dim]; the
+/// first `n_rot` dims of each head rotate by θ_i = pos · freq_scale · freq_base^(-2i/n_rot).
+/// Normal mode rotates pairs (2i, 2i+1); NeoX mode rotates (i, i + n_rot/2).
+#[allow(clippy::too_many_arguments)]
+pub fn rope(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) -> Result<()> {
+    rope_tokens(
+        x, 1, n_heads, head_dim, n_rot, pos, freq_base, freq_scale, neox,
+    )
+}
+
+/// `rope` for `n_tokens` consecutive tokens at positions pos0, pos0+1, ...; `x` is
+/// [n_tokens, n_heads, head_dim]. cos/sin are computed once per token (in f64, then rounded)
+/// and applied to every head.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_tokens(
+    x: &mut [f32],
+    n_tokens: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos0: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) -> Result<()> {
+    if x.len() != n_tokens * n_heads * head_dim || n_rot > head_dim || !n_rot.is_multiple_of(2) {
+        return Err(len_err(
+            "rope",
+            format!(
+                "x {} for {n_tokens}x{n_heads}x{head_dim}, n_rot {n_rot}",
+                x.len()
+            ),
+        ));
+    }
+    let half = n_rot / 2;
+    // [half] inverse frequencies, shared by all tokens.
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
+        .collect();
+    // [half] cos and sin of the current token's angles.
+    let mut cs = vec![(0f32, 0f32); half];
+    for (t, xt) in x.chunks_exact_mut((n_heads * head_dim).max(1)).enumerate() {
+        let p = (pos0 + t) as f64 * freq_scale as f64;
+        for (c, f) in cs.iter_mut().zip(&inv_freq) {
+            let theta = p * f;
+            *c = (theta.cos() as f32, theta.sin() as f32);
+        }
+        for h in xt.chunks_exact_mut(head_dim.max(1)) {
+            for (i, &(c, s)) in cs.iter().enumerate() {
+                let (a, b) = if neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
+                let (x0, x1) = (h[a], h[b]);
+                h[a] = x0 * c - x1 * s;
+                h[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Softmax in place (max-subtracted). An empty slice is left alone.
+pub fn softmax(x: &mut [f32]) {
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - m).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// x · sigmoid(x).
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+/// out = silu(gate) * up, element-wise.
+pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
+    if gate.len() != up.len() || out.len() != gate.len() {
+        return Err(len_err(
+            "swiglu",
+            format!("gate {} up {} out {}", gate.len(), up.len(), out.len()),
+        ));
+    }
+    for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
+        *o = silu(g) * u;
+    }
+    Ok(())
+}
+
+/// out = a + b, element-wise.
+pub fn add(a: &[f32], b: &[f32], out: &mut [f32]) -> Result<()> {
+    if a.len() != b.len() || out.len() != a.len() {
+        return Err(len_err(
+            "add",
+            format!("a {} b {} out {}", a.len(), b.len(), out.len()),
+        ));
+    }
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        *o = x + y;
+    }
+    Ok(())
+}
+
+/// Dequantizes row `row` of an embedding table ([n_rows, n_embd] in format `ty`) into `out`.
+pub fn embedding(
+    ty: GgmlType,
+    table: &[u8],
+    n_embd: usize,
+    row: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    let rb = ty
+        .row_bytes(n_embd as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| len_err("embedding", format!("{n_embd} is not whole {ty} blocks")))?;
+    let start = row.checked_mul(rb).filter(|s| s + rb <= table.len());
+    let (Some(start), true) = (start, out.len() == n_embd) else {
+        return Err(len_err(
+            "embedding",
+            format!(
+                "row {row} of a {} byte {ty} table, out {}",
+                table.len(),
+                out.len()
+            ),
+        ));
+    };
+    dequantize_row(ty, &table[start..start + rb], out)
+}
+
+/// Dequantizes whole blocks of `ty` into `out` (fast formats here, others via kernels-ref).
+pub(crate) fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
+    let ff = match ty {
+        GgmlType::F32 => Some(FloatFormat::F32),
+        GgmlType::F16 => Some(FloatFormat::F16),
+        GgmlType::BF16 => Some(FloatFormat::Bf16),
+        _ => None,
+    };
+    if let Some(ff) = ff {
+        for (i, o) in out.iter_mut().enumerate() {
+            *o = float_at(ff, data, i);
+        }
+        return Ok(());
+    }
+    match ty {
+        GgmlType::Q4_0 => f::dequantize::<f::Q4_0>(data, out),
+        GgmlType::Q4_1 => f::dequantize::<f::Q4_1>(data, out),
+        GgmlType::Q5_0 => f::dequantize::<f::Q5_0>(data, out),
+        GgmlType::Q5_1 => f::dequantize::<f::Q5_1>(data, out),
+        GgmlType::Q8_0 => f::dequantize::<f::Q8_0>(data, out),
+        GgmlType::IQ4_NL => f::dequantize::<f::IQ4_NL>(data, out),
+        GgmlType::Q2_K => f::dequantize::<f::Q2_K>(data, out),
+        GgmlType::Q3_K => f::dequantize::<f::Q3_K>(data, out),
+        GgmlType::Q4_K => f::dequantize::<f::Q4_K>(data, out),
+        GgmlType::Q5_K => f::dequantize::<f::Q5_K>(data, out),
+        GgmlType::Q6_K => f::dequantize::<f::Q6_K>(data, out),
+        GgmlType::TQ2_0 => f::dequantize::<f::TQ2_0>(data, out),
+        _ => return dequantize_ref(ty, data, out),
+    }
+    debug_assert_eq!(data.len() / ty.type_size() * ty.block_size(), out.len());
+    Ok(())
+}
+
+/// Row dequantization by kernels-ref, for formats without a kernel here.
+pub(crate) fn dequantize_ref(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<()> {
+    kernels_ref::dequantize(ty, data, out).map_err(|e| Error::UnsupportedType {
+        ty,
+        what: format!("CPU dequantization: {e}"),
+    })
+}

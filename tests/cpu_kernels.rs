@@ -1,0 +1,277 @@
+//! memwall::cpu matmul against an f64 oracle, for every weight format, odd shapes, 1/3/17
+//! tokens, both the AVX2 and the portable path.
+
+mod common;
+
+use common::{random_weights, Rng};
+use memwall::cpu::{self, Isa, MatmulScratch, WeightView};
+use memwall::GgmlType;
+
+const QUANT_TYPES: [GgmlType; 12] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::IQ4_NL,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::TQ2_0,
+];
+const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
+/// Formats without a fast kernel: dequantized a row at a time by kernels-ref, then f32 dots.
+const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
+
+fn isas() -> Vec<Isa> {
+    [Isa::Scalar, Isa::Avx2]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect()
+}
+
+/// Column counts: one block, a few blocks, and more than 64 chunks of 32 (the AVX2 kernel's
+/// correction segment), none a multiple of a thread chunk. Float formats also get counts that
+/// are not a multiple of the 8-lane vector, to reach the scalar tails.
+fn col_cases(ty: GgmlType) -> Vec<usize> {
+    let b = ty.block_size().max(32);
+    if ty.block_size() == 1 {
+        vec![1, 37, 2083]
+    } else if b == 256 {
+        vec![256, 768, 256 * 9]
+    } else {
+        vec![b, 3 * b, 32 * 65 + 32 * 6]
+    }
+}
+
+/// The error a matmul output may have, for weights `w` ([cols], dequantized by the oracle) and
+/// activations `x` ([cols]).
+///
+/// Quantized formats: the kernel computes Σ w·x̂ exactly in integers, where x̂ = d·round(x/d)
+/// is x quantized per chunk of 32 with d = max|x|/127, so |x - x̂| <= d/2 per element and
+/// |Σ w·x - Σ w·x̂| <= Σ |w| d_chunk / 2. On top of that come f32 roundings of the per-chunk
+/// products and their running sum: at most ~(chunks + 8) roundings of terms each bounded by
+/// 3·max|w|·Σ|x| per chunk (a chunk's scale part is at most 2·max|w| and its offset part at most
+/// max|w|, see `formats.rs`), so we allow 4·eps·(chunks + 8)·3·max|w|·Σ|x|.
+/// Float formats (and the kernels-ref fallback, which dots exact dequantized rows with
+/// unquantized x): only the f32 accumulation error, (cols/8 + 8) roundings of Σ|w·x|.
+fn tolerance(ty: GgmlType, w: &[f32], x: &[f32]) -> f64 {
+    let eps = f32::EPSILON as f64;
+    let sum_wx: f64 = w
+        .iter()
+        .zip(x)
+        .map(|(a, b)| (*a as f64 * *b as f64).abs())
+        .sum();
+    if !cpu::has_fast_kernel(ty) || matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16) {
+        return 2.0 * eps * (w.len() as f64 / 8.0 + 8.0) * sum_wx + 1e-30;
+    }
+    let mut quant = 0.0f64;
+    for (wc, xc) in w.chunks(32).zip(x.chunks(32)) {
+        let d = xc.iter().fold(0f32, |m, v| m.max(v.abs())) as f64 / 127.0;
+        quant += wc.iter().map(|v| v.abs() as f64).sum::<f64>() * d / 2.0;
+    }
+    let wmax = w.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+    let sum_x: f64 = x.iter().map(|v| v.abs() as f64).sum();
+    let chunks = (w.len() / 32) as f64;
+    quant * 1.0001 + 4.0 * eps * (chunks + 8.0) * 3.0 * wmax * sum_x + 1e-30
+}
+
+/// Runs matmul for one case on `isa` and checks every output against the f64 oracle.
+/// Returns the worst err/tol ratio seen.
+fn check_case(isa: Isa, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: u64) -> f64 {
+    let mut rng = Rng::new(seed);
+    let data = random_weights(&mut rng, ty, rows, cols);
+    let x = rng.activations(n * cols);
+    let w = WeightView::new(ty, &data, rows, cols).unwrap();
+    let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap(); // [rows, cols]
+    let mut y = vec![f32::NAN; n * rows]; // poisoned: every output must be written
+    let mut scratch = MatmulScratch::default();
+    cpu::matmul_with(isa, &w, &x, n, &mut y, &mut scratch).unwrap();
+    let mut worst = 0.0f64;
+    for t in 0..n {
+        let xt = &x[t * cols..(t + 1) * cols];
+        for r in 0..rows {
+            let wr = &wf[r * cols..(r + 1) * cols];
+            let exact: f64 = wr.iter().zip(xt).map(|(a, b)| *a as f64 * *b as f64).sum();
+            let got = y[t * rows + r];
+            let tol = tolerance(ty, wr, xt);
+            let err = (got as f64 - exact).abs();
+            assert!(
+                got.is_finite() && err <= tol,
+                "{isa:?} {ty} {rows}x{cols} n={n}: y[{t}][{r}] = {got}, expected {exact}, \
+                 err {err:e} > tol {tol:e}"
+            );
+            worst = worst.max(err / tol);
+        }
+    }
+    worst
+}
+
+#[test]
+fn every_format_matches_oracle() {
+    for isa in isas() {
+        for ty in QUANT_TYPES
+            .iter()
+            .chain(&FLOAT_TYPES)
+            .chain(&FALLBACK_TYPES)
+            .copied()
+        {
+            let mut worst = 0.0f64;
+            for cols in col_cases(ty) {
+                for (rows, n) in [(1, 1), (37, 3), (133, 17), (133, 1)] {
+                    let seed = (rows * 31 + cols * 7 + n) as u64;
+                    worst = worst.max(check_case(isa, ty, rows, cols, n, seed));
+                }
+            }
+            // How much of the bound the worst output used (informative, see --nocapture).
+            eprintln!("{isa:?} {ty}: worst err/tol {worst:.3}");
+        }
+    }
+}
+
+/// The AVX2 and portable paths quantize activations identically and differ only in f32
+/// summation order, so they must agree to the f32 part of the tolerance.
+#[test]
+fn scalar_and_avx2_agree() {
+    if !Isa::Avx2.available() {
+        eprintln!("no AVX2 on this CPU: the scalar path is the only one and is checked above");
+        return;
+    }
+    for ty in QUANT_TYPES
+        .iter()
+        .chain(&FLOAT_TYPES)
+        .chain(&FALLBACK_TYPES)
+        .copied()
+    {
+        let cols = col_cases(ty)[2];
+        let (rows, n) = (61, 5);
+        let mut rng = Rng::new(7);
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let x = rng.activations(n * cols);
+        let w = WeightView::new(ty, &data, rows, cols).unwrap();
+        let mut ys = vec![f32::NAN; n * rows];
+        let mut ya = vec![f32::NAN; n * rows];
+        let mut scratch = MatmulScratch::default();
+        cpu::matmul_with(Isa::Scalar, &w, &x, n, &mut ys, &mut scratch).unwrap();
+        cpu::matmul_with(Isa::Avx2, &w, &x, n, &mut ya, &mut scratch).unwrap();
+        let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
+        for i in 0..n * rows {
+            let (t, r) = (i / rows, i % rows);
+            let wr = &wf[r * cols..(r + 1) * cols];
+            let xt = &x[t * cols..(t + 1) * cols];
+            let eps = f32::EPSILON as f64;
+            let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+            let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
+            let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
+            let d = (ys[i] as f64 - ya[i] as f64).abs();
+            assert!(
+                d <= tol,
+                "{ty} y[{t}][{r}]: scalar {} avx2 {} diff {d:e} > {tol:e}",
+                ys[i],
+                ya[i]
+            );
+        }
+    }
+}
+
+/// One scratch reused across shapes and formats (as the model does) gives the same results as
+/// fresh scratch.
+#[test]
+fn scratch_reuse_across_shapes() {
+    let mut scratch = MatmulScratch::default();
+    for (i, (ty, rows, cols, n)) in [
+        (GgmlType::Q4_1, 40, 1536, 9),
+        (GgmlType::Q8_0, 70, 576, 2),
+        (GgmlType::Q6_K, 9, 512, 17),
+        (GgmlType::Q4_1, 40, 64, 1),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let mut rng = Rng::new(100 + i as u64);
+        let data = random_weights(&mut rng, ty, rows, cols);
+        let x = rng.activations(n * cols);
+        let w = WeightView::new(ty, &data, rows, cols).unwrap();
+        let mut y1 = vec![f32::NAN; n * rows];
+        let mut y2 = vec![f32::NAN; n * rows];
+        cpu::matmul(&w, &x, n, &mut y1, &mut scratch).unwrap();
+        cpu::matmul(&w, &x, n, &mut y2, &mut MatmulScratch::default()).unwrap();
+        assert_eq!(y1, y2, "{ty} {rows}x{cols} n={n}");
+    }
+}
+
+#[test]
+fn bad_arguments_are_errors() {
+    let data = vec![0u8; 20 * 2];
+    assert!(WeightView::new(GgmlType::Q4_1, &data, 2, 32).is_ok());
+    assert!(WeightView::new(GgmlType::Q4_1, &data, 3, 32).is_err());
+    assert!(WeightView::new(GgmlType::Q4_1, &data, 1, 33).is_err());
+    let w = WeightView::new(GgmlType::Q4_1, &data, 2, 32).unwrap();
+    let mut s = MatmulScratch::default();
+    let mut y = vec![0.0; 2];
+    assert!(cpu::matmul(&w, &[0.0; 31], 1, &mut y, &mut s).is_err());
+    assert!(cpu::matmul(&w, &[0.0; 32], 1, &mut y[..1], &mut s).is_err());
+    assert!(cpu::matmul(&w, &[0.0; 32], 1, &mut y, &mut s).is_ok());
+    // A type ggml knows but memwall cannot compute with is a typed error, not a panic.
+    // Zero columns: every output is the empty sum (the poison must be overwritten).
+    let w0 = WeightView::new(GgmlType::Q8_0, &[], 3, 0).unwrap();
+    let mut y0 = vec![f32::NAN; 6];
+    cpu::matmul(&w0, &[], 2, &mut y0, &mut s).unwrap();
+    assert_eq!(y0, vec![0.0; 6]);
+    let iq = vec![0u8; GgmlType::IQ2_XXS.type_size()];
+    let w = WeightView::new(GgmlType::IQ2_XXS, &iq, 1, 256).unwrap();
+    let err = cpu::matmul(&w, &[0.0; 256], 1, &mut y[..1], &mut s).unwrap_err();
+    assert!(
+        matches!(err, memwall::Error::UnsupportedType { .. }),
+        "{err}"
+    );
+}
+
+/// The real model's weights (Q4_1 layers, Q8_0 token embedding used as the tied output) through
+/// matmul against the oracle. Fails when the model is missing.
+#[test]
+fn real_model_weights_match_oracle() {
+    let path = std::env::var("MEMWALL_MODEL").unwrap_or_else(|_| {
+        format!(
+            "{}/.cache/memwall/SmolLM2-135M-Instruct.Q4_1.gguf",
+            std::env::var("HOME").unwrap()
+        )
+    });
+    let g = memwall::gguf::Gguf::open(&path).unwrap_or_else(|e| panic!("model {path}: {e}"));
+    let mut rng = Rng::new(9);
+    let mut scratch = MatmulScratch::default();
+    for name in [
+        "blk.0.ffn_down.weight",
+        "blk.3.attn_k.weight",
+        "token_embd.weight",
+    ] {
+        let t = g.require_tensor(name).unwrap();
+        let (cols, all_rows) = (t.dims[0] as usize, t.dims[1] as usize);
+        // The first 300 rows are plenty for the 49152-row embedding.
+        let rows = all_rows.min(300);
+        let rb = t.ty.row_bytes(cols as u64).unwrap() as usize;
+        let data = &g.tensor_data(t)[..rows * rb];
+        let w = WeightView::new(t.ty, data, rows, cols).unwrap();
+        let wf = kernels_ref::dequantize_vec(t.ty, data, rows * cols).unwrap();
+        for n in [1, 5] {
+            let x = rng.activations(n * cols);
+            let mut y = vec![f32::NAN; n * rows];
+            cpu::matmul(&w, &x, n, &mut y, &mut scratch).unwrap();
+            for tk in 0..n {
+                let xt = &x[tk * cols..(tk + 1) * cols];
+                for r in 0..rows {
+                    let wr = &wf[r * cols..(r + 1) * cols];
+                    let exact: f64 = wr.iter().zip(xt).map(|(a, b)| *a as f64 * *b as f64).sum();
+                    let tol = tolerance(t.ty, wr, xt);
+                    let got = y[tk * rows + r];
+                    assert!(
+                        (got as f64 - exact).abs() <= tol,
+                        "{name} y[{tk}][{r}] = {got}, expected {exact}, tol {tol:e}"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,181 @@
+//! memwall::cpu element-wise ops and attention against kernels-ref (f64 inside, rounded once).
+
+mod common;
+
+use common::{random_weights, Rng};
+use memwall::cpu;
+use memwall::GgmlType;
+
+fn wide(v: &[f32]) -> Vec<f64> {
+    v.iter().map(|&x| x as f64).collect()
+}
+
+fn assert_close(got: &[f32], want: &[f64], rel: f64, what: &str) {
+    assert_eq!(got.len(), want.len(), "{what}: length");
+    let scale = want.iter().fold(0f64, |m, v| m.max(v.abs())).max(1e-30);
+    for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+        let err = (g as f64 - w).abs();
+        assert!(
+            g.is_finite() && err <= rel * scale,
+            "{what}[{i}]: got {g}, want {w}, err {err:e} > {:e}",
+            rel * scale
+        );
+    }
+}
+
+#[test]
+fn rms_norm_rows() {
+    let mut rng = Rng::new(1);
+    let (rows, n) = (3, 75);
+    let x = rng.activations(rows * n);
+    let g: Vec<f32> = (0..n).map(|_| rng.normal()).collect();
+    let mut out = vec![f32::NAN; rows * n];
+    cpu::rms_norm(&x, &g, 1e-5, &mut out).unwrap();
+    let mut want = vec![0f32; rows * n];
+    kernels_ref::rms_norm(&x, &g, 1e-5, &mut want);
+    let want = wide(&want);
+    // Each output is x·scale·g with scale from a 75-term f32 sum: a few 1e-7 relative.
+    assert_close(&out, &want, 2e-6, "rms_norm");
+    assert!(cpu::rms_norm(&x, &g, 1e-5, &mut out[1..]).is_err());
+}
+
+#[test]
+fn rope_normal_and_neox_with_partial_rotation() {
+    let mut rng = Rng::new(2);
+    let (nh, hd, n_tok, pos0) = (3, 16, 4, 1000);
+    for neox in [false, true] {
+        for (n_rot, fs) in [(16, 1.0), (8, 1.0), (16, 0.25)] {
+            let x = rng.activations(n_tok * nh * hd);
+            let mut got = x.clone();
+            cpu::rope_tokens(&mut got, n_tok, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
+            for t in 0..n_tok {
+                let xt = &x[t * nh * hd..(t + 1) * nh * hd];
+                let mut want = xt.to_vec();
+                kernels_ref::rope(&mut want, nh, hd, n_rot, pos0 + t, 10000.0, fs, neox);
+                let want = wide(&want);
+                let g = &got[t * nh * hd..(t + 1) * nh * hd];
+                // Angles up to ~1000 rad rounded to f32 cos/sin: ~1e-7 relative per term.
+                assert_close(
+                    g,
+                    &want,
+                    1e-6,
+                    &format!("rope neox={neox} n_rot={n_rot} t={t}"),
+                );
+            }
+            let mut one = x[..nh * hd].to_vec();
+            cpu::rope(&mut one, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
+            assert_eq!(
+                one,
+                got[..nh * hd],
+                "rope == rope_tokens for the first token"
+            );
+        }
+    }
+}
+
+#[test]
+fn softmax_swiglu_add() {
+    let mut rng = Rng::new(3);
+    let mut x = rng.activations(37);
+    let mut want = x.clone();
+    kernels_ref::softmax(&mut want);
+    let want = wide(&want);
+    cpu::softmax(&mut x);
+    assert_close(&x, &want, 1e-6, "softmax");
+
+    let g = rng.activations(41);
+    let u = rng.activations(41);
+    let mut out = vec![f32::NAN; 41];
+    cpu::swiglu(&g, &u, &mut out).unwrap();
+    let mut want = vec![0f32; 41];
+    kernels_ref::swiglu(&g, &u, &mut want);
+    let want = wide(&want);
+    assert_close(&out, &want, 1e-6, "swiglu");
+    cpu::add(&g, &u, &mut out).unwrap();
+    let want: Vec<f64> = g
+        .iter()
+        .zip(&u)
+        .map(|(&a, &b)| a as f64 + b as f64)
+        .collect();
+    assert_close(&out, &want, 1e-7, "add");
+    assert!(cpu::add(&g, &u[1..], &mut out).is_err());
+}
+
+#[test]
+fn embedding_rows_match_dequant() {
+    let mut rng = Rng::new(4);
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_1,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+        GgmlType::Q3_K,
+    ] {
+        let (rows, n) = (5, 512);
+        let data = random_weights(&mut rng, ty, rows, n);
+        for r in [0, 3, 4] {
+            let mut out = vec![f32::NAN; n];
+            cpu::embedding(ty, &data, n, r, &mut out).unwrap();
+            let mut want = vec![0f32; n];
+            kernels_ref::embedding(ty, &data, n, r, &mut want).unwrap();
+            let want = wide(&want);
+            assert_close(&out, &want, 1e-6, &format!("embedding {ty} row {r}"));
+        }
+        let mut out = vec![0f32; n];
+        assert!(
+            cpu::embedding(ty, &data, n, rows, &mut out).is_err(),
+            "row past the end"
+        );
+    }
+}
+
+#[test]
+fn causal_gqa_attention_prefill_and_decode() {
+    let mut rng = Rng::new(5);
+    let (n_head, n_kv_head, hd) = (6, 2, 24);
+    // (n_q, q_pos0, capacity): a prefill big enough to go parallel, a decode step, and a chunk
+    // after earlier tokens; the cache has spare capacity past n_kv.
+    for (n_q, q_pos0, cap) in [(40, 0, 50), (1, 77, 90), (5, 11, 16)] {
+        let n_kv = q_pos0 + n_q;
+        let q = rng.activations(n_q * n_head * hd);
+        let k = rng.activations(cap * n_kv_head * hd);
+        let v = rng.activations(cap * n_kv_head * hd);
+        let scale = 1.0 / (hd as f32).sqrt();
+        let mut out = vec![f32::NAN; q.len()];
+        cpu::attention(
+            &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, &mut out,
+        )
+        .unwrap();
+        let kv = n_kv * n_kv_head * hd; // kernels-ref takes exactly [n_kv, n_kv_head, hd]
+        let mut want = vec![0f32; q.len()];
+        kernels_ref::attention(
+            &q,
+            &k[..kv],
+            &v[..kv],
+            n_q,
+            n_kv,
+            n_head,
+            n_kv_head,
+            hd,
+            q_pos0,
+            scale,
+            &mut want,
+        );
+        let want = wide(&want);
+        // Outliers make scores up to ~1e3: exp of an f32 score rounded to ~1e-4 absolute
+        // moves a weight by ~1e-4 relative, so the output by ~1e-4 of max|v|.
+        assert_close(
+            &out,
+            &want,
+            2e-4,
+            &format!("attention n_q={n_q} q_pos0={q_pos0}"),
+        );
+    }
+    let mut out = vec![0f32; 24];
+    let q = vec![0f32; 24];
+    let kv = vec![0f32; 2 * 24];
+    assert!(
+        cpu::attention(&q, &kv, &kv, 1, 3, 1, 1, 24, 2, 1.0, &mut out).is_err(),
+        "k too short"
+    );
+}
