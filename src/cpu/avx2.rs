@@ -344,18 +344,18 @@ pub(crate) fn hsum(v: __m256) -> f32 {
 /// time, instead of adding two scalar products per chunk per token in a serial chain.
 const SEG: usize = 64;
 
-/// corr[t] += Σ_k cbuf[k] · xs_t[2·seg0 + k] for k < n.
+/// corr[t] += Σ_k cbuf[k] · xs_t[off + k] for k < n.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn flush_corr<const T: usize>(
     cbuf: &[f32; 2 * SEG],
     n: usize,
     xs: &[&[f32]; T],
-    seg0: usize,
+    off: usize,
     corr: &mut [__m256; T],
 ) {
     for t in 0..T {
-        let xs = &xs[t][2 * seg0..2 * seg0 + n];
+        let xs = &xs[t][off..off + n];
         let cb = &cbuf[..n];
         let mut k = 0;
         while k + 8 <= n {
@@ -393,10 +393,13 @@ unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
     // and d[ci].
     let mut qp = [std::ptr::null::<i8>(); T];
     let mut dp = [std::ptr::null::<f32>(); T];
+    // Offsets pair with half sums (xs16) for formats whose halves differ, else with chunk sums.
     let mut xs: [&[f32]; T] = [&[]; T];
     for t in 0..T {
-        let (q, d, x) = act.token(t0 + t);
-        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= 2 * nch);
+        let (q, d, x16) = act.token(t0 + t);
+        let x = if F::SPLIT { x16 } else { act.xs32(t0 + t) };
+        let per = if F::SPLIT { 2 } else { 1 };
+        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= per * nch);
         qp[t] = q.as_ptr();
         dp[t] = d.as_ptr();
         xs[t] = x;
@@ -420,6 +423,9 @@ unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
     let cpb = F::BLOCK / 32;
     let mut acc = [_mm256_setzero_ps(); T];
     let mut corr = [_mm256_setzero_ps(); T];
+    // Offsets per chunk stored in cbuf, and chunks per flush.
+    let per = if F::SPLIT { 2 } else { 1 };
+    let ch = 2 * SEG / per;
     let mut cbuf = [0f32; 2 * SEG];
     let mut ci = 0;
     for blk in row.chunks_exact(F::BYTES) {
@@ -447,18 +453,20 @@ unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(v.dw * dx), acc[t]);
             }
             if !F::SIGNED {
-                let k = ci % SEG;
-                cbuf[2 * k] = v.c[0];
-                cbuf[2 * k + 1] = v.c[1];
-                if k == SEG - 1 {
-                    flush_corr(&cbuf, 2 * SEG, xs, ci + 1 - SEG, &mut corr);
+                let k = ci % ch;
+                cbuf[per * k] = v.c[0];
+                if F::SPLIT {
+                    cbuf[per * k + 1] = v.c[1];
+                }
+                if k == ch - 1 {
+                    flush_corr(&cbuf, 2 * SEG, xs, per * (ci + 1 - ch), &mut corr);
                 }
             }
             ci += 1;
         }
     }
-    if !F::SIGNED && ci % SEG != 0 {
-        flush_corr(&cbuf, 2 * (ci % SEG), xs, ci - ci % SEG, &mut corr);
+    if !F::SIGNED && ci % ch != 0 {
+        flush_corr(&cbuf, per * (ci % ch), xs, per * (ci - ci % ch), &mut corr);
     }
     for t in 0..T {
         out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
