@@ -32,17 +32,17 @@ fn isas() -> Vec<Isa> {
         .collect()
 }
 
-/// Column counts: one block, a few blocks, and more than 64 chunks of 32 (the AVX2 kernel's
-/// correction segment), none a multiple of a thread chunk. Float formats also get counts that
+/// Column counts: one block, a few blocks, and more than 128 chunks of 32 (the AVX2 kernel
+/// flushes its offset terms every 64 or 128 chunks), none a multiple of a thread chunk. Float formats also get counts that
 /// are not a multiple of the 8-lane vector, to reach the scalar tails.
 fn col_cases(ty: GgmlType) -> Vec<usize> {
     let b = ty.block_size().max(32);
     if ty.block_size() == 1 {
         vec![1, 37, 2083]
     } else if b == 256 {
-        vec![256, 768, 256 * 9]
+        vec![256, 768, 256 * 17]
     } else {
-        vec![b, 3 * b, 32 * 65 + 32 * 6]
+        vec![b, 3 * b, 32 * 133]
     }
 }
 

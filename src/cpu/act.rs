@@ -14,6 +14,8 @@ pub(crate) struct QAct {
     pub d: Vec<f32>,
     /// [n_tokens, cols / 16] d * (sum of the 16 q values of each half chunk).
     pub xs: Vec<f32>,
+    /// [n_tokens, cols / 32] d * (sum of the chunk's 32 q values).
+    pub xs32: Vec<f32>,
     pub cols: usize,
     pub n_tokens: usize,
 }
@@ -25,6 +27,7 @@ impl QAct {
         self.qs.resize(n, 0);
         self.d.resize(n / 32, 0.0);
         self.xs.resize(n / 16, 0.0);
+        self.xs32.resize(n / 32, 0.0);
         self.cols = cols;
         self.n_tokens = n_tokens;
     }
@@ -40,6 +43,13 @@ impl QAct {
         )
     }
 
+    /// Token `t`'s chunk sums [cols / 32].
+    #[inline]
+    pub fn xs32(&self, t: usize) -> &[f32] {
+        let c = self.cols / 32;
+        &self.xs32[t * c..(t + 1) * c]
+    }
+
     /// Quantizes `x` ([n_tokens, cols]) with the portable code.
     pub fn quantize_scalar(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
         self.reset(n_tokens, cols);
@@ -47,8 +57,9 @@ impl QAct {
             .chunks_exact(32)
             .zip(self.qs.chunks_exact_mut(32))
             .zip(self.d.iter_mut())
-            .zip(self.xs.chunks_exact_mut(2));
-        for (((xc, qc), d), xs) in chunks {
+            .zip(self.xs.chunks_exact_mut(2))
+            .zip(self.xs32.iter_mut());
+        for ((((xc, qc), d), xs), xs32) in chunks {
             let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
@@ -62,6 +73,7 @@ impl QAct {
             *d = dd;
             xs[0] = dd * sums[0] as f32;
             xs[1] = dd * sums[1] as f32;
+            *xs32 = dd * (sums[0] + sums[1]) as f32;
         }
     }
 
@@ -73,18 +85,19 @@ impl QAct {
             .chunks_exact(32)
             .zip(self.qs.chunks_exact_mut(32))
             .zip(self.d.iter_mut())
-            .zip(self.xs.chunks_exact_mut(2));
-        for (((xc, qc), d), xs) in chunks {
+            .zip(self.xs.chunks_exact_mut(2))
+            .zip(self.xs32.iter_mut());
+        for ((((xc, qc), d), xs), xs32) in chunks {
             // SAFETY: the caller selected this path after `is_x86_feature_detected!("avx2")`;
             // the slices are exactly 32 and 2 long, as quant_chunk_avx2 requires.
-            unsafe { quant_chunk_avx2(xc, qc, d, xs) };
+            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32) };
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32]) {
+unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32], xs32: &mut f32) {
     use std::arch::x86_64::*;
     debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2);
     // SAFETY (loads/stores): xc has 32 f32 and qc 32 bytes, so every access below is in bounds.
@@ -127,6 +140,7 @@ unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32
         *d = dd;
         xs[0] = dd * s0 as f32;
         xs[1] = dd * s1 as f32;
+        *xs32 = dd * (s0 + s1) as f32;
     }
 }
 
@@ -176,6 +190,7 @@ mod tests {
         assert_eq!(a.qs, b.qs);
         assert_eq!(a.d, b.d);
         assert_eq!(a.xs, b.xs);
+        assert_eq!(a.xs32, b.xs32);
         // Quantization error is at most d/2 per element.
         for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
             let d = a.d[i / 32];

@@ -11,7 +11,9 @@ use std::arch::x86_64::*;
 
 use super::act::QAct;
 use super::formats::{self as f, Format, KParams};
-use super::{FloatFormat, TILE};
+use super::TILE;
+
+pub(crate) use super::avx2_float::dot_f;
 
 /// One decoded chunk in registers (see `formats` for the meaning of each field).
 pub(crate) struct V {
@@ -344,18 +346,18 @@ pub(crate) fn hsum(v: __m256) -> f32 {
 /// time, instead of adding two scalar products per chunk per token in a serial chain.
 const SEG: usize = 64;
 
-/// corr[t] += Σ_k cbuf[k] · xs_t[2·seg0 + k] for k < n.
+/// corr[t] += Σ_k cbuf[k] · xs_t[off + k] for k < n.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 fn flush_corr<const T: usize>(
     cbuf: &[f32; 2 * SEG],
     n: usize,
     xs: &[&[f32]; T],
-    seg0: usize,
+    off: usize,
     corr: &mut [__m256; T],
 ) {
     for t in 0..T {
-        let xs = &xs[t][2 * seg0..2 * seg0 + n];
+        let xs = &xs[t][off..off + n];
         let cb = &cbuf[..n];
         let mut k = 0;
         while k + 8 <= n {
@@ -393,10 +395,13 @@ unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
     // and d[ci].
     let mut qp = [std::ptr::null::<i8>(); T];
     let mut dp = [std::ptr::null::<f32>(); T];
+    // Offsets pair with half sums (xs16) for formats whose halves differ, else with chunk sums.
     let mut xs: [&[f32]; T] = [&[]; T];
     for t in 0..T {
-        let (q, d, x) = act.token(t0 + t);
-        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= 2 * nch);
+        let (q, d, x16) = act.token(t0 + t);
+        let x = if F::SPLIT { x16 } else { act.xs32(t0 + t) };
+        let per = if F::SPLIT { 2 } else { 1 };
+        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= per * nch);
         qp[t] = q.as_ptr();
         dp[t] = d.as_ptr();
         xs[t] = x;
@@ -420,6 +425,9 @@ unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
     let cpb = F::BLOCK / 32;
     let mut acc = [_mm256_setzero_ps(); T];
     let mut corr = [_mm256_setzero_ps(); T];
+    // Offsets per chunk stored in cbuf, and chunks per flush.
+    let per = if F::SPLIT { 2 } else { 1 };
+    let ch = 2 * SEG / per;
     let mut cbuf = [0f32; 2 * SEG];
     let mut ci = 0;
     for blk in row.chunks_exact(F::BYTES) {
@@ -447,18 +455,20 @@ unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(v.dw * dx), acc[t]);
             }
             if !F::SIGNED {
-                let k = ci % SEG;
-                cbuf[2 * k] = v.c[0];
-                cbuf[2 * k + 1] = v.c[1];
-                if k == SEG - 1 {
-                    flush_corr(&cbuf, 2 * SEG, xs, ci + 1 - SEG, &mut corr);
+                let k = ci % ch;
+                cbuf[per * k] = v.c[0];
+                if F::SPLIT {
+                    cbuf[per * k + 1] = v.c[1];
+                }
+                if k == ch - 1 {
+                    flush_corr(&cbuf, 2 * SEG, xs, per * (ci + 1 - ch), &mut corr);
                 }
             }
             ci += 1;
         }
     }
-    if !F::SIGNED && ci % SEG != 0 {
-        flush_corr(&cbuf, 2 * (ci % SEG), xs, ci - ci % SEG, &mut corr);
+    if !F::SIGNED && ci % ch != 0 {
+        flush_corr(&cbuf, per * (ci % ch), xs, per * (ci - ci % ch), &mut corr);
     }
     for t in 0..T {
         out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
@@ -490,111 +500,6 @@ pub(crate) unsafe fn dot_q<F: FormatAvx2>(
             6 => dot_q_t::<F, 6>(rows, rb, act, t0, out, stride),
             7 => dot_q_t::<F, 7>(rows, rb, act, t0, out, stride),
             _ => dot_q_t::<F, TILE>(rows, rb, act, t0, out, stride),
-        }
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-fn load_w8(fmt: FloatFormat, row: &[u8], i: usize) -> __m256 {
-    match fmt {
-        FloatFormat::F32 => {
-            let s = &row[4 * i..4 * i + 32];
-            // SAFETY: `s` holds 8 f32.
-            unsafe { _mm256_loadu_ps(s.as_ptr() as *const f32) }
-        }
-        FloatFormat::F16 => {
-            let s = &row[2 * i..2 * i + 16];
-            // SAFETY: `s` holds 8 halves.
-            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) })
-        }
-        FloatFormat::Bf16 => {
-            let s = &row[2 * i..2 * i + 16];
-            // SAFETY: `s` holds 8 bf16.
-            let h = unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) };
-            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-        }
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f_t<const T: usize>(
-    fmt: FloatFormat,
-    rows: &[u8],
-    rb: usize,
-    x: &[f32],
-    cols: usize,
-    t0: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
-    let mut xt: [&[f32]; T] = [&[]; T];
-    for (t, s) in xt.iter_mut().enumerate() {
-        *s = &x[(t0 + t) * cols..(t0 + t + 1) * cols];
-    }
-    for (r, row) in rows.chunks_exact(rb).enumerate() {
-        // SAFETY: forwarded from the caller.
-        unsafe { dot_f_row::<T>(fmt, row, &xt, cols, &mut out[r * stride..r * stride + T]) };
-    }
-}
-
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_f_row<const T: usize>(
-    fmt: FloatFormat,
-    row: &[u8],
-    xt: &[&[f32]; T],
-    cols: usize,
-    out: &mut [f32],
-) {
-    let mut acc = [_mm256_setzero_ps(); T];
-    let mut i = 0;
-    while i + 8 <= cols {
-        let w = load_w8(fmt, row, i);
-        for t in 0..T {
-            // SAFETY: i + 8 <= cols = xt[t].len().
-            let xv = unsafe { _mm256_loadu_ps(xt[t][i..].as_ptr()) };
-            acc[t] = _mm256_fmadd_ps(w, xv, acc[t]);
-        }
-        i += 8;
-    }
-    for t in 0..T {
-        let mut s = hsum(acc[t]);
-        for (k, &xv) in xt[t].iter().enumerate().skip(i) {
-            s += super::scalar::float_at(fmt, row, k) * xv;
-        }
-        out[t] = s;
-    }
-}
-
-/// Float-format row times `out.len()` (1..=TILE) f32 token rows.
-///
-/// # Safety
-/// AVX2/FMA/F16C must be available.
-#[allow(clippy::too_many_arguments)]
-pub(crate) unsafe fn dot_f(
-    fmt: FloatFormat,
-    rows: &[u8],
-    rb: usize,
-    x: &[f32],
-    cols: usize,
-    t0: usize,
-    nt: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match nt {
-            1 => dot_f_t::<1>(fmt, rows, rb, x, cols, t0, out, stride),
-            2 => dot_f_t::<2>(fmt, rows, rb, x, cols, t0, out, stride),
-            3 => dot_f_t::<3>(fmt, rows, rb, x, cols, t0, out, stride),
-            4 => dot_f_t::<4>(fmt, rows, rb, x, cols, t0, out, stride),
-            5 => dot_f_t::<5>(fmt, rows, rb, x, cols, t0, out, stride),
-            6 => dot_f_t::<6>(fmt, rows, rb, x, cols, t0, out, stride),
-            7 => dot_f_t::<7>(fmt, rows, rb, x, cols, t0, out, stride),
-            _ => dot_f_t::<TILE>(fmt, rows, rb, x, cols, t0, out, stride),
         }
     }
 }

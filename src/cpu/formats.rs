@@ -55,6 +55,8 @@ pub(crate) trait Format {
     const BYTES: usize;
     /// `u` holds signed values and `c` is always zero.
     const SIGNED: bool;
+    /// The two halves of a chunk have different offsets `c` (else `c[0] == c[1]`).
+    const SPLIT: bool = false;
     /// Per-block values decoded once and shared by the block's chunks.
     type P: Copy;
     /// Decodes the per-block values. `blk.len() == Self::BYTES`.
@@ -300,6 +302,7 @@ impl Format for Q5_K {
 /// (qh[32n + i] >> 2k) & 3; w = d * scales[2c + i/16] * (q - 32).
 pub(crate) struct Q6_K;
 impl Format for Q6_K {
+    const SPLIT: bool = true;
     const BLOCK: usize = 256;
     const BYTES: usize = 210;
     const SIGNED: bool = false;
@@ -329,6 +332,7 @@ impl Format for Q6_K {
 /// q = (qs[32n + i] >> 2j) & 3, w = d * (s & 15) * q - dmin * (s >> 4) with s = scales[2c + i/16].
 pub(crate) struct Q2_K;
 impl Format for Q2_K {
+    const SPLIT: bool = true;
     const BLOCK: usize = 256;
     const BYTES: usize = 84;
     const SIGNED: bool = false;
@@ -364,6 +368,7 @@ pub(crate) fn q3k_scales(s: &[u8]) -> [i8; 16] {
 /// bit 2 set when bit c of hmask[i] is set; w = d * scale[2c + i/16] * (q - 4).
 pub(crate) struct Q3_K;
 impl Format for Q3_K {
+    const SPLIT: bool = true;
     const BLOCK: usize = 256;
     const BYTES: usize = 110;
     const SIGNED: bool = false;

@@ -14,6 +14,8 @@ mod act;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;
+#[cfg(target_arch = "x86_64")]
+mod avx2_float;
 mod formats;
 mod ops;
 mod scalar;
