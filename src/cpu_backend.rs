@@ -13,10 +13,6 @@ use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use kernels_ref::GgmlType;
 
-/// Below this many rows (tokens), small element-wise ops run on the calling thread: handing
-/// a 576-element norm to the pool costs more than doing it.
-const PAR_MIN_ROWS: usize = 4;
-
 /// Where a matrix lives in the file and how it is shaped.
 #[derive(Debug, Clone, Copy)]
 struct MatRef {
@@ -29,8 +25,8 @@ struct MatRef {
     cols: usize,
 }
 
-/// Layer `l`'s KV cache: K and V each [n_head_kv, n_ctx, head_dim], so one head's keys are
-/// contiguous and the attention scan streams through memory.
+/// Layer `l`'s KV cache: K and V each [n_ctx, n_head_kv, head_dim] (position-major), so
+/// appending a token writes one contiguous run.
 struct LayerKv {
     k: Vec<f32>,
     v: Vec<f32>,
@@ -44,8 +40,6 @@ pub struct CpuBackend {
     /// Norm weights and biases as f32, [width] each.
     vecs: HashMap<WeightId, Vec<f32>>,
     kv: Vec<LayerKv>,
-    /// [n_rot / 2] inverse frequencies base^(-2i/n_rot), times the position scale.
-    inv_freq: Vec<f32>,
     mm: MatmulScratch,
 }
 
@@ -138,14 +132,6 @@ impl CpuBackend {
                 v: vec![0.0; per_layer],
             })
             .collect();
-        let half = cfg.n_rot / 2;
-        let inv_freq = (0..half)
-            .map(|i| {
-                (cfg.rope_freq_scale as f64
-                    * (cfg.rope_base as f64).powf(-2.0 * i as f64 / cfg.n_rot as f64))
-                    as f32
-            })
-            .collect();
         Ok(CpuBackend {
             gguf,
             cfg,
@@ -153,7 +139,6 @@ impl CpuBackend {
             mats,
             vecs,
             kv,
-            inv_freq,
             mm: MatmulScratch::default(),
         })
     }
@@ -225,23 +210,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let w = self.vec(norm)?;
         let width = w.len();
-        let eps = self.cfg.rms_eps;
-        let norm_row = |(o, xr): (&mut [f32], &[f32])| {
-            let ss: f32 = xr.iter().map(|v| v * v).sum();
-            let scale = 1.0 / (ss / width as f32 + eps).sqrt();
-            for ((o, &xv), &wv) in o.iter_mut().zip(xr).zip(w) {
-                *o = xv * scale * wv;
-            }
-        };
-        let (o, x) = (&mut out[..n * width], &x[..n * width]);
-        if n >= PAR_MIN_ROWS {
-            o.par_chunks_mut(width)
-                .zip(x.par_chunks(width))
-                .for_each(norm_row);
-        } else {
-            o.chunks_mut(width).zip(x.chunks(width)).for_each(norm_row);
-        }
-        Ok(())
+        crate::cpu::rms_norm(&x[..n * width], w, self.cfg.rms_eps, &mut out[..n * width])
     }
 
     fn matmul(&mut self, w: WeightId, x: &Vec<f32>, n: usize, out: &mut Vec<f32>) -> Result<()> {
@@ -269,33 +238,18 @@ impl Backend for CpuBackend {
     }
 
     fn rope(&mut self, x: &mut Vec<f32>, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
-        let hd = self.cfg.head_dim;
-        let half = self.cfg.n_rot / 2;
-        let neox = self.cfg.rope_kind == RopeKind::Neox;
-        let inv_freq = &self.inv_freq;
-        let rotate = |(i, tok): (usize, &mut [f32])| {
-            let pos = (pos0 + i) as f32;
-            for (j, &f) in inv_freq.iter().enumerate().take(half) {
-                let (sin, cos) = (pos * f).sin_cos();
-                let (a, b) = if neox {
-                    (j, j + half)
-                } else {
-                    (2 * j, 2 * j + 1)
-                };
-                for head in tok.chunks_mut(hd) {
-                    let (x0, x1) = (head[a], head[b]);
-                    head[a] = x0 * cos - x1 * sin;
-                    head[b] = x0 * sin + x1 * cos;
-                }
-            }
-        };
-        let x = &mut x[..n * n_heads * hd];
-        if n >= PAR_MIN_ROWS {
-            x.par_chunks_mut(n_heads * hd).enumerate().for_each(rotate);
-        } else {
-            x.chunks_mut(n_heads * hd).enumerate().for_each(rotate);
-        }
-        Ok(())
+        let c = &self.cfg;
+        crate::cpu::rope_tokens(
+            &mut x[..n * n_heads * c.head_dim],
+            n,
+            n_heads,
+            c.head_dim,
+            c.n_rot,
+            pos0,
+            c.rope_base,
+            c.rope_freq_scale,
+            c.rope_kind == RopeKind::Neox,
+        )
     }
 
     fn attention(
@@ -317,56 +271,23 @@ impl Backend for CpuBackend {
             });
         }
         let cache = &mut self.kv[layer];
-        // Store the new keys and values: [n, n_kv, hd] -> [n_kv, n_ctx, hd].
-        for i in 0..n {
-            for h in 0..n_kv {
-                let src = (i * n_kv + h) * hd;
-                let dst = (h * n_ctx + pos0 + i) * hd;
-                cache.k[dst..dst + hd].copy_from_slice(&k[src..src + hd]);
-                cache.v[dst..dst + hd].copy_from_slice(&v[src..src + hd]);
-            }
-        }
-        let (kc, vc) = (&cache.k, &cache.v);
-        let group = n_head / n_kv;
-        let scale = 1.0 / (hd as f32).sqrt();
-        // One task per (token, head): out row [hd].
-        let attend = |scores: &mut Vec<f32>, (idx, o): (usize, &mut [f32])| {
-            let (i, h) = (idx / n_head, idx % n_head);
-            let kvh = h / group;
-            let qv = &q[idx * hd..(idx + 1) * hd];
-            let n_keys = pos0 + i + 1;
-            let kh = &kc[kvh * n_ctx * hd..(kvh * n_ctx + n_keys) * hd];
-            let vh = &vc[kvh * n_ctx * hd..(kvh * n_ctx + n_keys) * hd];
-            scores.clear();
-            scores.extend(
-                kh.chunks_exact(hd)
-                    .map(|kr| kr.iter().zip(qv).map(|(a, b)| a * b).sum::<f32>() * scale),
-            );
-            let max = scores.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-            let mut sum = 0.0f32;
-            for s in scores.iter_mut() {
-                *s = (*s - max).exp();
-                sum += *s;
-            }
-            o.fill(0.0);
-            for (s, vr) in scores.iter().zip(vh.chunks_exact(hd)) {
-                let w = s / sum;
-                o.iter_mut().zip(vr).for_each(|(ov, vv)| *ov += w * vv);
-            }
-        };
-        let o = &mut out[..n * n_head * hd];
-        // Work in key-head dot products; below a few thousand the pool costs more than it saves.
-        if n * n_head * (pos0 + n) >= 4096 {
-            o.par_chunks_mut(hd)
-                .enumerate()
-                .for_each_init(Vec::new, attend);
-        } else {
-            let mut scores = Vec::with_capacity(pos0 + n);
-            o.chunks_mut(hd)
-                .enumerate()
-                .for_each(|item| attend(&mut scores, item));
-        }
-        Ok(())
+        // Append the new keys and values: rows pos0..pos0+n of [n_ctx, n_kv, hd].
+        let row = n_kv * hd;
+        cache.k[pos0 * row..(pos0 + n) * row].copy_from_slice(&k[..n * row]);
+        cache.v[pos0 * row..(pos0 + n) * row].copy_from_slice(&v[..n * row]);
+        crate::cpu::attention(
+            &q[..n * n_head * hd],
+            &cache.k,
+            &cache.v,
+            n,
+            pos0 + n,
+            n_head,
+            n_kv,
+            hd,
+            pos0,
+            1.0 / (hd as f32).sqrt(),
+            &mut out[..n * n_head * hd],
+        )
     }
 
     fn swiglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) -> Result<()> {
