@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 export MEMWALL_MODEL="${MEMWALL_MODEL:-$(scripts/fetch-model.sh)}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace --release
+cargo test --workspace --profile ci

@@ -96,6 +96,18 @@ impl Model {
         self.load_time
     }
 
+    /// Bytes of weights one decoded token must read: every matrix once (the embedding table
+    /// only when it doubles as the output head; otherwise a token reads one row of it).
+    pub fn weight_bytes_per_token(&self) -> u64 {
+        self.gguf
+            .tensors()
+            .iter()
+            .filter(|t| t.dims.len() >= 2)
+            .filter(|t| t.name != "token_embd.weight" || self.config.tied_embeddings)
+            .map(|t| t.n_bytes)
+            .sum()
+    }
+
     /// Renders chat messages with the model's own template, ending with the assistant's turn.
     pub fn render_chat(&self, messages: &[crate::chat::ChatMessage]) -> Result<String> {
         let tmpl = self.chat_template.as_deref().ok_or_else(|| {

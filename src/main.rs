@@ -175,8 +175,10 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
             no_parse_special,
             text,
         } => {
-            let model = load(&model, true)?;
-            let ids = model.tokenizer().encode(&text, true, !no_parse_special);
+            // The tokenizer alone: works on vocabulary-only files and reads no weights.
+            let g = memwall::gguf::Gguf::open(model.path())?;
+            let tok = memwall::tokenizer::Tokenizer::from_gguf(&g)?;
+            let ids = tok.encode(&text, true, !no_parse_special);
             println!("{}", serde_json::to_string(&ids).unwrap_or_default());
             Ok(ExitCode::SUCCESS)
         }
@@ -307,6 +309,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "ttft_ms": t.ttft_ms,
                 "prefill_tps": t.prefill_tps,
                 "decode_tps": t.decode_tps,
+                "weight_bytes_per_token": model.weight_bytes_per_token(),
             },
         });
         if a.n_probs > 0 {
@@ -324,8 +327,9 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         println!("{obj}");
     } else {
         println!();
+        let gbps = t.decode_tps * model.weight_bytes_per_token() as f64 / 1e9;
         eprintln!(
-            "load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s",
+            "load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s ({gbps:.2} GB/s of weights)",
             t.load_ms, t.ttft_ms, t.n_prompt, t.prefill_tps, t.n_decoded, t.decode_tps
         );
     }

@@ -186,3 +186,94 @@ fn missing_and_non_gguf_files_are_clear_errors() {
     assert!(stderr(&o).contains("not a GGUF file"), "{}", stderr(&o));
     assert!(!stderr(&o).contains("panicked"));
 }
+
+#[test]
+fn tokenize_reproduces_every_reference_line() {
+    let model = common::model_path();
+    let lines = std::fs::read_to_string(common::shared().join("reference/tokenize.jsonl")).unwrap();
+    let mut n = 0;
+    for line in lines.lines().filter(|l| !l.trim().is_empty()) {
+        let r: serde_json::Value = serde_json::from_str(line).unwrap();
+        let text = r["text"].as_str().unwrap();
+        for (flag, key) in [
+            (None, "ids"),
+            (Some("--no-parse-special"), "ids_no_parse_special"),
+        ] {
+            let mut args = vec!["tokenize", "-m", model.to_str().unwrap()];
+            args.extend(flag);
+            args.push(text);
+            let o = memwall(&args);
+            assert!(o.status.success(), "{}", stderr(&o));
+            let got: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+            assert_eq!(got, r[key], "{key} of {text:?}");
+        }
+        n += 1;
+    }
+    assert_eq!(n, 8);
+}
+
+#[test]
+fn perplexity_json_reports_ppl_and_chunks() {
+    let model = common::model_path();
+    let text = std::fs::read_to_string(common::shared().join("reference/ppl_text.txt")).unwrap();
+    let dir = std::env::temp_dir().join(format!("memwall-ppl-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let f = dir.join("short.txt");
+    std::fs::write(&f, &text[..3000]).unwrap();
+    let o = memwall(&[
+        "perplexity",
+        "-m",
+        model.to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+        "-c",
+        "64",
+        "--json",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_str(stdout(&o).lines().last().unwrap()).unwrap();
+    let ppl = v["ppl"].as_f64().unwrap();
+    let n_chunks = v["n_chunks"].as_u64().unwrap();
+    // About 650 tokens in 3000 characters of English: 10 windows of 64.
+    assert!((8..=12).contains(&n_chunks), "{n_chunks} chunks");
+    // A working 135M model on plain English prose, with only 32 tokens of context per
+    // prediction: well above 1 and far below the vocabulary size (a broken model gives
+    // thousands).
+    assert!(ppl > 2.0 && ppl < 100.0, "ppl {ppl}");
+    let o = memwall(&[
+        "perplexity",
+        "-m",
+        model.to_str().unwrap(),
+        "-f",
+        f.to_str().unwrap(),
+        "-c",
+        "100000",
+    ]);
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("fewer than one window"),
+        "{}",
+        stderr(&o)
+    );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+#[test]
+fn tokenize_works_on_a_vocabulary_only_file() {
+    // llama.cpp's own vocabulary test file (no tensors) and its first expected line.
+    let vocab = common::shared().join("reference/vocab/ggml-vocab-gpt-2.gguf");
+    let inp = std::fs::read_to_string(vocab.with_extension("gguf.inp")).unwrap();
+    let out = std::fs::read_to_string(vocab.with_extension("gguf.out")).unwrap();
+    let first_text = inp.split("\n__ggml_vocab_test__\n").next().unwrap();
+    let want: Vec<u32> = out
+        .lines()
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .map(|t| t.parse().unwrap())
+        .collect();
+    let o = memwall(&["tokenize", "-m", vocab.to_str().unwrap(), first_text]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let got: Vec<u32> = serde_json::from_str(stdout(&o).trim()).unwrap();
+    assert_eq!(got, want, "{first_text:?}");
+}
