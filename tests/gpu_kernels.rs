@@ -37,6 +37,14 @@ fn kernel_sets(ctx: &GpuContext) -> Vec<Kernels> {
     v
 }
 
+/// The portable kernels with at most `max` workgroups per dimension, so that the 2-D dispatch
+/// tall matrices need (and the skipping of its surplus workgroups) runs on small inputs.
+fn small_grid(ctx: &GpuContext, max: u32) -> Vec<Kernels> {
+    let mut k = Kernels::with_options(ctx, false).unwrap();
+    k.max_groups_per_dim = max;
+    vec![k]
+}
+
 /// xorshift64*, seeded: reproducible inputs without a dependency.
 struct Rng(u64);
 impl Rng {
@@ -60,6 +68,12 @@ impl Rng {
 const U: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
 
 fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize, cols: usize) {
+    let label = |k: &Kernels| {
+        format!(
+            "{ty:?} [{rows}x{cols}] subgroup={} max_groups={}",
+            k.subgroup, k.max_groups_per_dim
+        )
+    };
     let g = ty.ggml();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 31 + cols) as u64);
     let w_f = rng.values(rows * cols);
@@ -93,8 +107,8 @@ fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize,
         let got = kernels::read_f32(ctx, &yb, rows + 3).unwrap();
         assert!(
             got[rows..].iter().all(|v| v.is_nan()),
-            "{ty:?} [{rows}x{cols}] subgroup={}: wrote past the end: {:?}",
-            k.subgroup,
+            "{}: wrote past the end: {:?}",
+            label(k),
             &got[rows..]
         );
         let (mut worst, mut worst_ratio, mut worst_err) = (0, 0f64, 0f64);
@@ -111,15 +125,15 @@ fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize,
             }
         }
         eprintln!(
-            "matvec {ty:?} [{rows}x{cols}] subgroup={}: max err/tol {worst_ratio:.3e} (row \
-             {worst}: err {worst_err:.3e}, tol {:.3e})",
-            k.subgroup, tol[worst]
+            "matvec {}: max err/tol {worst_ratio:.3e} (row {worst}: err {worst_err:.3e}, tol \
+             {:.3e})",
+            label(k),
+            tol[worst]
         );
         assert!(
             worst_ratio <= 1.0,
-            "{ty:?} [{rows}x{cols}] subgroup={}: row {worst}: got {} want {} (err {worst_err:e} > \
-             tol {:e})",
-            k.subgroup,
+            "{}: row {worst}: got {} want {} (err {worst_err:e} > tol {:e})",
+            label(k),
             got[worst],
             want[worst],
             tol[worst]
@@ -143,15 +157,28 @@ fn matvec_matches_kernels_ref() {
         for (rows, cols) in shapes {
             check_matvec(&ctx, &ks, ty, rows, cols);
         }
+        // 37 rows = 19 workgroups of 2 rows on a 7 x 3 grid (2 surplus workgroups).
+        check_matvec(&ctx, &small_grid(&ctx, 7), ty, 37, 64);
     }
 }
 
 #[test]
 fn rms_norm_matches_kernels_ref() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
     let eps = 1e-5f32;
-    for (n_rows, n) in [(1, 576), (3, 37), (5, 1), (2, 4099)] {
+    // The last case runs 23 rows on a 5 x 5 grid (two surplus workgroups).
+    for (n_rows, n, max_groups) in [
+        (1, 576, 0),
+        (3, 37, 0),
+        (5, 1, 0),
+        (2, 4099, 0),
+        (23, 64, 5),
+    ] {
+        let ks = if max_groups == 0 {
+            kernel_sets(&ctx)
+        } else {
+            small_grid(&ctx, max_groups)
+        };
         let mut rng = Rng(0x5eed ^ (n_rows * 7919 + n) as u64);
         let x = rng.values(n_rows * n);
         let weight = rng.values(n);
@@ -187,13 +214,15 @@ fn rms_norm_matches_kernels_ref() {
                 }
             }
             eprintln!(
-                "rms_norm [{n_rows}x{n}] subgroup={}: max err/tol {worst_ratio:.3e} at {worst}",
-                k.subgroup
+                "rms_norm [{n_rows}x{n}] subgroup={} max_groups={}: max err/tol \
+                 {worst_ratio:.3e} at {worst}",
+                k.subgroup, k.max_groups_per_dim
             );
             assert!(
                 worst_ratio <= 1.0,
-                "rms_norm [{n_rows}x{n}] subgroup={}: index {worst}: got {} want {}",
+                "rms_norm [{n_rows}x{n}] subgroup={} max_groups={}: index {worst}: got {} want {}",
                 k.subgroup,
+                k.max_groups_per_dim,
                 got[worst],
                 want[worst]
             );
@@ -219,4 +248,34 @@ fn bad_selector_is_an_error_not_a_panic() {
         DeviceSelector::parse("LLVMpipe").unwrap(),
         DeviceSelector::Name("llvmpipe".into())
     );
+}
+
+#[test]
+fn gpu_errors_are_values() {
+    let ctx = context();
+    // A wgpu validation error (MAP_READ may only be combined with COPY_DST) comes back from the
+    // error scope as Error::Gpu instead of reaching wgpu's default panicking handler.
+    let r = ctx.scoped("bad buffer", || {
+        Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("bad"),
+            size: 16,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::STORAGE,
+            mapped_at_creation: false,
+        }))
+    });
+    let e = r.err().expect("invalid buffer usage must be an error");
+    assert!(matches!(e, memwall::Error::Gpu(_)), "{e}");
+    // The device stays usable afterwards, and nothing was left for the uncaptured handler.
+    ctx.check_uncaptured("after bad buffer").unwrap();
+    // Undersized operands are refused before any GPU work.
+    let ks = Kernels::new(&ctx).unwrap();
+    let data = kernels_ref::quantize(kernels_ref::GgmlType::Q8_0, &[0.5; 64]).unwrap();
+    let m =
+        kernels::upload_matrix(&ctx, &repack(WeightFormat::Q8_0, &data, 1, 64).unwrap()).unwrap();
+    let x = kernels::upload_f32(&ctx, "x", &[1.0; 32]).unwrap();
+    let y = kernels::upload_f32(&ctx, "y", &[0.0; 1]).unwrap();
+    assert!(matches!(
+        ks.matvec(&ctx, &m, &x, &y),
+        Err(memwall::Error::Gpu(_))
+    ));
 }

@@ -28,6 +28,9 @@ pub struct Kernels {
     pub subgroup: bool,
     /// Workgroup size (a power of two).
     pub workgroup_size: u32,
+    /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
+    /// the 2-D dispatch that very tall matrices (large vocabularies) need.
+    pub max_groups_per_dim: u32,
 }
 
 /// One prepared kernel launch: encode it into any compute pass, as often as needed.
@@ -191,14 +194,15 @@ pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f3
     Ok(out)
 }
 
-/// Workgroup counts (x, y) for `total` workgroups within the per-dimension limit.
-fn grid(ctx: &GpuContext, total: u32) -> Result<(u32, u32)> {
-    let max = ctx.limits.max_compute_workgroups_per_dimension.max(1);
+/// Workgroup counts (x, y) covering `total` workgroups with at most `max` per dimension; the
+/// shaders skip the up to x - 1 surplus workgroups of the last line.
+pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
+    let max = max.max(1);
     let x = total.clamp(1, max);
     let y = total.div_ceil(x).max(1);
     if y > max {
         return Err(Error::Gpu(format!(
-            "{total} workgroups exceed a 2-D dispatch"
+            "{total} workgroups exceed a 2-D dispatch of {max} x {max}"
         )));
     }
     Ok((x, y))
@@ -264,6 +268,7 @@ impl Kernels {
             pipelines,
             subgroup,
             workgroup_size,
+            max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
         })
     }
 
@@ -336,7 +341,10 @@ impl Kernels {
         }
         let rows = to_u32(w.rows, "rows")?;
         let cols = to_u32(w.cols, "cols")?;
-        let groups = grid(ctx, rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP))?;
+        let groups = grid(
+            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
+            self.max_groups_per_dim,
+        )?;
         let params = MatvecParams {
             rows,
             cols,
@@ -375,7 +383,7 @@ impl Kernels {
                 "rms_norm [{n_rows}, {n}]: buffers too small"
             )));
         }
-        let groups = grid(ctx, to_u32(n_rows, "n_rows")?)?;
+        let groups = grid(to_u32(n_rows, "n_rows")?, self.max_groups_per_dim)?;
         let params = RmsNormParams {
             n: to_u32(n, "n")?,
             n_rows: to_u32(n_rows, "n_rows")?,
@@ -387,5 +395,27 @@ impl Kernels {
         };
         let bufs = [(0, x), (1, weight), (2, out)];
         self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 3, groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid;
+
+    #[test]
+    fn grid_covers_every_workgroup_within_the_limit() {
+        for max in [1u32, 2, 7, 65535] {
+            for total in [0u32, 1, 2, 6, 7, 8, 48, 49, 50] {
+                match grid(total, max) {
+                    Ok((x, y)) => {
+                        assert!(x <= max && y <= max && x >= 1 && y >= 1);
+                        assert!(u64::from(x) * u64::from(y) >= u64::from(total));
+                        // No whole line of idle workgroups.
+                        assert!(u64::from(x) * u64::from(y - 1) < u64::from(total.max(1)));
+                    }
+                    Err(_) => assert!(u64::from(total) > u64::from(max) * u64::from(max)),
+                }
+            }
+        }
     }
 }
