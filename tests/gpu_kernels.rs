@@ -263,7 +263,9 @@ fn gpu_errors_are_values() {
             mapped_at_creation: false,
         }))
     });
-    let e = r.err().expect("invalid buffer usage must be an error");
+    let Err(e) = r else {
+        panic!("invalid buffer usage must be an error");
+    };
     assert!(matches!(e, memwall::Error::Gpu(_)), "{e}");
     // The device stays usable afterwards, and nothing was left for the uncaptured handler.
     ctx.check_uncaptured("after bad buffer").unwrap();
