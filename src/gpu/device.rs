@@ -311,3 +311,35 @@ pub fn adapters_table(rows: &[AdapterInfoRow]) -> String {
     }
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_parses_every_form() {
+        assert_eq!(DeviceSelector::parse("auto").unwrap(), DeviceSelector::Auto);
+        assert_eq!(
+            DeviceSelector::parse(" GPU ").unwrap(),
+            DeviceSelector::Auto
+        );
+        assert_eq!(
+            DeviceSelector::parse("0").unwrap(),
+            DeviceSelector::Index(0)
+        );
+        assert_eq!(
+            DeviceSelector::parse("12").unwrap(),
+            DeviceSelector::Index(12)
+        );
+        assert_eq!(
+            DeviceSelector::parse("LLVMpipe").unwrap(),
+            DeviceSelector::Name("llvmpipe".into())
+        );
+        assert!(DeviceSelector::parse("  ").is_err());
+    }
+
+    #[test]
+    fn empty_adapter_table_says_so() {
+        assert!(adapters_table(&[]).contains("no GPU adapters"));
+    }
+}
