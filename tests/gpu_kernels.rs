@@ -68,6 +68,21 @@ impl Rng {
 const U: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
 
 fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize, cols: usize) {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 31 + cols) as u64);
+    let w_f = rng.values(rows * cols);
+    let data = kernels_ref::quantize(ty.ggml(), &w_f).unwrap();
+    check_matvec_data(ctx, ks, ty, &data, rows, cols);
+}
+
+/// Checks the GPU matvec of `data` (`[rows, cols]` of `ty`, ggml layout) against kernels-ref.
+fn check_matvec_data(
+    ctx: &GpuContext,
+    ks: &[Kernels],
+    ty: WeightFormat,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+) {
     let label = |k: &Kernels| {
         format!(
             "{ty:?} [{rows}x{cols}] subgroup={} max_groups={}",
@@ -75,14 +90,12 @@ fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize,
         )
     };
     let g = ty.ggml();
-    let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 31 + cols) as u64);
-    let w_f = rng.values(rows * cols);
-    let data = kernels_ref::quantize(g, &w_f).unwrap();
+    let mut rng = Rng(0x1234_5678 ^ (rows * 131 + cols) as u64);
     let x = rng.values(cols);
     // Oracle: kernels-ref dequantizes each row to f32 and accumulates in f64.
     let mut want = vec![0f32; rows];
-    kernels_ref::matvec(g, &data, rows, cols, &x, &mut want).unwrap();
-    let wd = kernels_ref::dequantize_vec(g, &data, rows * cols).unwrap();
+    kernels_ref::matvec(g, data, rows, cols, &x, &mut want).unwrap();
+    let wd = kernels_ref::dequantize_vec(g, data, rows * cols).unwrap();
     // Tolerance: the shader computes each product in f32 (exact for the block formats, whose
     // weights d*q / d*q+m are f32 values the oracle computes the same way) and sums `cols` of
     // them in f32 in some order; the classic bound for any summation order is
@@ -97,7 +110,7 @@ fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize,
         })
         .collect();
 
-    let m = kernels::upload_matrix(ctx, &repack(ty, &data, rows, cols).unwrap()).unwrap();
+    let m = kernels::upload_matrix(ctx, &repack(ty, data, rows, cols).unwrap()).unwrap();
     let xb = kernels::upload_f32(ctx, "x", &x).unwrap();
     for k in ks {
         // Three guard elements past the end: they must stay NaN (no stray writes).
@@ -159,6 +172,33 @@ fn matvec_matches_kernels_ref() {
         }
         // 37 rows = 19 workgroups of 2 rows on a 7 x 3 grid (2 surplus workgroups).
         check_matvec(&ctx, &small_grid(&ctx, 7), ty, 37, 64);
+    }
+}
+
+#[test]
+fn matvec_on_the_test_models_weights() {
+    // Real weight distributions (and a tall 49152-row matrix: 24576 workgroups) from the test
+    // model; fails, like every model test, when the model is missing.
+    let path = memwall::engine::default_model_path();
+    let g = memwall::gguf::Gguf::open(&path).unwrap_or_else(|e| {
+        panic!(
+            "test model {}: {e} (run scripts/fetch-model.sh)",
+            path.display()
+        )
+    });
+    let ctx = context();
+    let ks = kernel_sets(&ctx);
+    for name in [
+        "blk.0.attn_q.weight",
+        "blk.0.ffn_down.weight",
+        "blk.29.ffn_gate.weight",
+        "token_embd.weight",
+    ] {
+        let t = g.require_tensor(name).unwrap();
+        let ty = WeightFormat::from_ggml(t.ty).unwrap();
+        let cols = t.dims[0] as usize;
+        let rows = (t.n_elements / t.dims[0]) as usize;
+        check_matvec_data(&ctx, &ks, ty, g.tensor_data(t), rows, cols);
     }
 }
 
