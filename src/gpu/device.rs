@@ -65,13 +65,10 @@ pub fn wanted_features() -> wgpu::Features {
     wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY
 }
 
+/// An instance on every backend (wgpu's default), or on `WGPU_BACKEND`'s; instance flags such
+/// as `WGPU_VALIDATION` also come from the environment.
 fn instance() -> wgpu::Instance {
-    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle_from_env();
-    // WGPU_BACKEND unset: every backend (the default descriptor already means that, but say so).
-    if wgpu::Backends::from_env().is_none() {
-        desc.backends = wgpu::Backends::all();
-    }
-    wgpu::Instance::new(desc)
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
 }
 
 fn backends() -> wgpu::Backends {
