@@ -146,7 +146,7 @@ pub fn run(ctx: &GpuContext, dispatches: &[&Dispatch]) -> Result<()> {
 
 /// Copies the first `n` f32 of `buf` back to the host.
 pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
-    let bytes = (n * 4) as u64;
+    let bytes = (n as u64).saturating_mul(4);
     if bytes > buf.size() {
         return Err(Error::Gpu(format!(
             "read {n} f32 from a {}-byte buffer",
