@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs every check CI runs: formatting, clippy, and all tests (unit, kernels against
-# kernels-ref, GGUF robustness, tokenizer vectors, end-to-end against llama.cpp's references).
+# kernels-ref, GGUF robustness, tokenizer vectors, end-to-end against llama.cpp's references,
+# GPU kernels on the default adapter and again on wgpu's GL backend).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MEMWALL_MODEL="${MEMWALL_MODEL:-$(scripts/fetch-model.sh)}"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --profile ci
+# The portable path (no f16, no subgroups) through GL on llvmpipe.
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_kernels

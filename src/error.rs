@@ -40,6 +40,11 @@ pub enum Error {
 
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+
+    /// GPU bring-up or execution failed (no adapter, missing feature, validation, out of
+    /// memory, lost device); the caller can go on on the CPU.
+    #[error("GPU: {0}")]
+    Gpu(String),
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;

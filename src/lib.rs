@@ -11,6 +11,7 @@ pub mod engine;
 pub mod error;
 pub mod gguf;
 pub mod gguf_writer;
+pub mod gpu;
 pub mod inspect;
 pub mod model;
 pub mod sampler;

@@ -83,6 +83,12 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// List the GPU adapters wgpu finds (honours WGPU_BACKEND and WGPU_ADAPTER_NAME).
+    Devices {
+        /// Print the adapters as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -216,6 +222,18 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         }
         Command::Inspect { file } => inspect(&file),
         Command::Check { file, json } => check(&file, json),
+        Command::Devices { json } => {
+            let rows = memwall::gpu::list_adapters();
+            if json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&rows).unwrap_or_default()
+                );
+            } else {
+                print!("{}", memwall::gpu::device::adapters_table(&rows));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

@@ -1,0 +1,28 @@
+// Q4_0 weights, repacked at upload (see src/gpu/repack.rs).
+// Shared dequant interface (every shaders/quant/*.wgsl gives the same):
+//   const QK: u32                      elements per block
+//   fn dq_block(row, blk, cols) -> array<vec4<f32>, 8>
+//                                      the 32 weights of block `blk` of `row`, in column order;
+//                                      columns >= cols read as 0
+// Block (ggml): w = d * (q - 8), q a 4-bit code; elements 0..15 are the low nibbles of the 16
+// code bytes, elements 16..31 their high nibbles.
+
+const QK: u32 = 32u;
+
+// [rows, cols / 32, 4] words: the block's 16 code bytes, little-endian.
+@group(0) @binding(0) var<storage, read> wq: array<u32>;
+// [ceil(rows * cols / 32 / 2)] words: block g's f16 scale d is half (g & 1) of word g / 2.
+@group(0) @binding(1) var<storage, read> ws: array<u32>;
+
+fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
+    let g = row * (cols / QK) + blk;
+    let d = unpack2x16float(ws[g >> 1u])[g & 1u];
+    let shifts = vec4<u32>(0u, 8u, 16u, 24u);
+    var out: array<vec4<f32>, 8>;
+    for (var k = 0u; k < 4u; k++) {
+        let w = vec4<u32>(wq[g * 4u + k]) >> shifts;
+        out[k] = d * (vec4<f32>(w & vec4<u32>(0xFu)) - 8.0);
+        out[k + 4u] = d * (vec4<f32>((w >> vec4<u32>(4u)) & vec4<u32>(0xFu)) - 8.0);
+    }
+    return out;
+}

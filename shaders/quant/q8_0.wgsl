@@ -1,0 +1,23 @@
+// Q8_0 weights, repacked at upload (see src/gpu/repack.rs). Same interface as q4_0.wgsl:
+// const QK, fn dq_block(row, blk, cols) -> array<vec4<f32>, 8>.
+// Block (ggml): w = d * q, q a signed byte; element i is byte i.
+
+const QK: u32 = 32u;
+
+// [rows, cols / 32, 8] words: the block's 32 code bytes, little-endian.
+@group(0) @binding(0) var<storage, read> wq: array<u32>;
+// [ceil(rows * cols / 32 / 2)] words: block g's f16 scale d is half (g & 1) of word g / 2.
+@group(0) @binding(1) var<storage, read> ws: array<u32>;
+
+fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
+    let g = row * (cols / QK) + blk;
+    let d = unpack2x16float(ws[g >> 1u])[g & 1u];
+    // Shift each byte to the top, then arithmetic-shift down to sign-extend it.
+    let up = vec4<u32>(24u, 16u, 8u, 0u);
+    var out: array<vec4<f32>, 8>;
+    for (var k = 0u; k < 8u; k++) {
+        let w = vec4<i32>(bitcast<i32>(wq[g * 8u + k]));
+        out[k] = d * vec4<f32>((w << up) >> vec4<u32>(24u));
+    }
+    return out;
+}

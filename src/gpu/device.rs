@@ -1,0 +1,342 @@
+//! GPU bring-up: adapter listing and device creation. Lazy (nothing happens until called) and
+//! fallible: no adapter, a failed device request, and later validation or out-of-memory errors
+//! are `Error::Gpu` values, never panics, so the caller can go on on the CPU.
+//!
+//! Honours wgpu's environment variables: `WGPU_BACKEND` (e.g. `vulkan`, `gl`) restricts the
+//! backends; `WGPU_ADAPTER_NAME` (a case-insensitive substring) picks the adapter for `auto`.
+
+use std::sync::{Arc, Mutex};
+
+use crate::error::{Error, Result};
+
+/// One adapter, as `memwall devices` prints it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AdapterInfoRow {
+    /// Position in [`list_adapters`]'s order (what `--device <index>` selects).
+    pub index: usize,
+    pub backend: String,
+    pub name: String,
+    pub device_type: String,
+    pub driver: String,
+    pub driver_info: String,
+    pub shader_f16: bool,
+    pub subgroup: bool,
+    /// Subgroup size range the adapter reports (0 when unknown).
+    pub subgroup_min_size: u32,
+    pub subgroup_max_size: u32,
+    pub timestamp_query: bool,
+    pub max_storage_buffer_binding_size: u64,
+    pub max_buffer_size: u64,
+    pub max_compute_workgroup_storage_size: u32,
+    pub max_compute_invocations_per_workgroup: u32,
+}
+
+/// Which adapter to use: parsed from `gpu`, `auto`, an index, or a name substring.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DeviceSelector {
+    /// `gpu` / `auto`: `WGPU_ADAPTER_NAME` if set, else wgpu's high-performance choice.
+    Auto,
+    /// Index into [`list_adapters`].
+    Index(usize),
+    /// Case-insensitive substring of the adapter name.
+    Name(String),
+}
+
+impl DeviceSelector {
+    /// Parses `gpu|auto|<index>|<name substring>` (`cpu` is the caller's business).
+    pub fn parse(s: &str) -> Result<DeviceSelector> {
+        let t = s.trim();
+        if t.is_empty() {
+            return Err(Error::InvalidArgument("empty device selector".into()));
+        }
+        let lower = t.to_lowercase();
+        if lower == "gpu" || lower == "auto" {
+            return Ok(DeviceSelector::Auto);
+        }
+        if let Ok(i) = t.parse::<usize>() {
+            return Ok(DeviceSelector::Index(i));
+        }
+        Ok(DeviceSelector::Name(lower))
+    }
+}
+
+/// Optional features memwall uses when the adapter has them.
+pub fn wanted_features() -> wgpu::Features {
+    wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY
+}
+
+/// An instance on every backend (wgpu's default), or on `WGPU_BACKEND`'s; instance flags such
+/// as `WGPU_VALIDATION` also come from the environment.
+fn instance() -> wgpu::Instance {
+    wgpu::Instance::new(wgpu::InstanceDescriptor::new_without_display_handle_from_env())
+}
+
+fn backends() -> wgpu::Backends {
+    wgpu::Backends::from_env().unwrap_or(wgpu::Backends::all())
+}
+
+fn adapters(instance: &wgpu::Instance) -> Vec<wgpu::Adapter> {
+    pollster::block_on(instance.enumerate_adapters(backends()))
+}
+
+fn row(index: usize, adapter: &wgpu::Adapter) -> AdapterInfoRow {
+    let info = adapter.get_info();
+    let f = adapter.features();
+    let l = adapter.limits();
+    AdapterInfoRow {
+        index,
+        backend: format!("{:?}", info.backend),
+        name: info.name,
+        device_type: format!("{:?}", info.device_type),
+        driver: info.driver,
+        driver_info: info.driver_info,
+        shader_f16: f.contains(wgpu::Features::SHADER_F16),
+        subgroup: f.contains(wgpu::Features::SUBGROUP),
+        subgroup_min_size: info.subgroup_min_size,
+        subgroup_max_size: info.subgroup_max_size,
+        timestamp_query: f.contains(wgpu::Features::TIMESTAMP_QUERY),
+        max_storage_buffer_binding_size: l.max_storage_buffer_binding_size,
+        max_buffer_size: l.max_buffer_size,
+        max_compute_workgroup_storage_size: l.max_compute_workgroup_storage_size,
+        max_compute_invocations_per_workgroup: l.max_compute_invocations_per_workgroup,
+    }
+}
+
+/// Every adapter on the enabled backends (all, or `WGPU_BACKEND`'s). Empty when there is none.
+pub fn list_adapters() -> Vec<AdapterInfoRow> {
+    let inst = instance();
+    adapters(&inst)
+        .iter()
+        .enumerate()
+        .map(|(i, a)| row(i, a))
+        .collect()
+}
+
+/// A device with the adapter's real limits and the optional features it has.
+pub struct GpuContext {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    /// Features enabled on `device` (a subset of [`wanted_features`]).
+    pub features: wgpu::Features,
+    /// The adapter's limits, requested in full.
+    pub limits: wgpu::Limits,
+    pub info: AdapterInfoRow,
+    /// Errors no error scope caught (from the `on_uncaptured_error` handler).
+    uncaptured: Arc<Mutex<Vec<String>>>,
+}
+
+impl std::fmt::Debug for GpuContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuContext")
+            .field("info", &self.info)
+            .finish_non_exhaustive()
+    }
+}
+
+fn pick(inst: &wgpu::Instance, selector: &DeviceSelector) -> Result<(usize, wgpu::Adapter)> {
+    let all = adapters(inst);
+    if all.is_empty() {
+        return Err(Error::Gpu(format!(
+            "no GPU adapter found on backends {:?} (is a Vulkan/GL driver installed?)",
+            backends()
+        )));
+    }
+    let by_name = |needle: &str| {
+        all.iter()
+            .position(|a| a.get_info().name.to_lowercase().contains(needle))
+    };
+    let index = match selector {
+        DeviceSelector::Index(i) if *i < all.len() => *i,
+        DeviceSelector::Index(i) => {
+            return Err(Error::Gpu(format!(
+                "no adapter {i}: there are {} (see `memwall devices`)",
+                all.len()
+            )))
+        }
+        DeviceSelector::Name(n) => by_name(n).ok_or_else(|| {
+            Error::Gpu(format!(
+                "no adapter name contains {n:?} (see `memwall devices`)"
+            ))
+        })?,
+        DeviceSelector::Auto => match std::env::var("WGPU_ADAPTER_NAME") {
+            Ok(n) if !n.trim().is_empty() => by_name(&n.trim().to_lowercase())
+                .ok_or_else(|| Error::Gpu(format!("WGPU_ADAPTER_NAME={n:?} matches no adapter")))?,
+            _ => {
+                let opts = wgpu::RequestAdapterOptions {
+                    power_preference: wgpu::PowerPreference::HighPerformance,
+                    force_fallback_adapter: false,
+                    compatible_surface: None,
+                    // The real limits, not a privacy bucket of them.
+                    apply_limit_buckets: false,
+                };
+                match pollster::block_on(inst.request_adapter(&opts)) {
+                    Ok(chosen) => {
+                        let ci = chosen.get_info();
+                        all.iter()
+                            .position(|a| {
+                                let i = a.get_info();
+                                i.name == ci.name && i.backend == ci.backend
+                            })
+                            .unwrap_or(0)
+                    }
+                    // wgpu declined to choose (e.g. only a CPU adapter): take the first.
+                    Err(_) => 0,
+                }
+            }
+        },
+    };
+    let adapter = all
+        .into_iter()
+        .nth(index)
+        .ok_or_else(|| Error::Gpu(format!("adapter {index} vanished")))?;
+    Ok((index, adapter))
+}
+
+impl GpuContext {
+    /// Opens the adapter `selector` names, with its full limits and the optional features of
+    /// [`wanted_features`] it has.
+    pub fn new(selector: &DeviceSelector) -> Result<GpuContext> {
+        let inst = instance();
+        let (index, adapter) = pick(&inst, selector)?;
+        let info = row(index, &adapter);
+        let features = adapter.features() & wanted_features();
+        let limits = adapter.limits();
+        let desc = wgpu::DeviceDescriptor {
+            label: Some("memwall"),
+            required_features: features,
+            required_limits: limits.clone(),
+            experimental_features: wgpu::ExperimentalFeatures::disabled(),
+            memory_hints: wgpu::MemoryHints::Performance,
+            trace: wgpu::Trace::Off,
+        };
+        let (device, queue) = pollster::block_on(adapter.request_device(&desc))
+            .map_err(|e| Error::Gpu(format!("request device on {}: {e}", info.name)))?;
+        let uncaptured = Arc::new(Mutex::new(Vec::new()));
+        let sink = Arc::clone(&uncaptured);
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        Ok(GpuContext {
+            device,
+            queue,
+            features,
+            limits,
+            info,
+            uncaptured,
+        })
+    }
+
+    pub fn has_subgroups(&self) -> bool {
+        self.features.contains(wgpu::Features::SUBGROUP)
+    }
+
+    pub fn has_f16(&self) -> bool {
+        self.features.contains(wgpu::Features::SHADER_F16)
+    }
+
+    /// Runs `f` inside validation and out-of-memory error scopes; an error either scope catches
+    /// (or one that reached the uncaptured handler meanwhile) becomes `Error::Gpu`.
+    pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+        let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+        let out = f();
+        let v = pollster::block_on(validation.pop());
+        let o = pollster::block_on(oom.pop());
+        if let Some(e) = v.or(o) {
+            return Err(Error::Gpu(format!("{what}: {e}")));
+        }
+        self.check_uncaptured(what)?;
+        out
+    }
+
+    /// Returns (and clears) errors the uncaptured-error handler collected.
+    pub fn check_uncaptured(&self, what: &str) -> Result<()> {
+        let mut v = self
+            .uncaptured
+            .lock()
+            .map_err(|_| Error::Gpu("uncaptured-error list poisoned".into()))?;
+        if v.is_empty() {
+            return Ok(());
+        }
+        let msg = v.join("; ");
+        v.clear();
+        Err(Error::Gpu(format!("{what}: {msg}")))
+    }
+}
+
+/// `rows` as a human-readable table (one block per adapter), as `memwall devices` prints it.
+pub fn adapters_table(rows: &[AdapterInfoRow]) -> String {
+    use std::fmt::Write;
+    let mut s = String::new();
+    if rows.is_empty() {
+        s.push_str(
+            "no GPU adapters found (WGPU_BACKEND selects backends; is a driver installed?)\n",
+        );
+        return s;
+    }
+    let yn = |b: bool| if b { "yes" } else { "no" };
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    for r in rows {
+        // Writing to a String cannot fail.
+        let _ = writeln!(
+            s,
+            "[{}] {} ({}, {})\n    driver: {} {}\n    shader_f16: {}  subgroup: {}{}  timestamp_query: {}\n    \
+             max_storage_buffer_binding_size: {:.0} MiB  max_buffer_size: {:.0} MiB\n    \
+             max_compute_workgroup_storage_size: {} B  max_compute_invocations_per_workgroup: {}",
+            r.index,
+            r.name,
+            r.backend,
+            r.device_type,
+            r.driver,
+            r.driver_info,
+            yn(r.shader_f16),
+            yn(r.subgroup),
+            // Sizes mean nothing without the feature (GL reports a range anyway).
+            if r.subgroup {
+                format!(" (size {}..{})", r.subgroup_min_size, r.subgroup_max_size)
+            } else {
+                String::new()
+            },
+            yn(r.timestamp_query),
+            mib(r.max_storage_buffer_binding_size),
+            mib(r.max_buffer_size),
+            r.max_compute_workgroup_storage_size,
+            r.max_compute_invocations_per_workgroup,
+        );
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selector_parses_every_form() {
+        assert_eq!(DeviceSelector::parse("auto").unwrap(), DeviceSelector::Auto);
+        assert_eq!(
+            DeviceSelector::parse(" GPU ").unwrap(),
+            DeviceSelector::Auto
+        );
+        assert_eq!(
+            DeviceSelector::parse("0").unwrap(),
+            DeviceSelector::Index(0)
+        );
+        assert_eq!(
+            DeviceSelector::parse("12").unwrap(),
+            DeviceSelector::Index(12)
+        );
+        assert_eq!(
+            DeviceSelector::parse("LLVMpipe").unwrap(),
+            DeviceSelector::Name("llvmpipe".into())
+        );
+        assert!(DeviceSelector::parse("  ").is_err());
+    }
+
+    #[test]
+    fn empty_adapter_table_says_so() {
+        assert!(adapters_table(&[]).contains("no GPU adapters"));
+    }
+}

@@ -1,0 +1,421 @@
+//! Pipeline cache, weight upload and dispatch encoding for the registry's kernels.
+//!
+//! Pipelines are compiled once per context ([`Kernels::new`]); each op is prepared once as a
+//! [`Dispatch`] (bind group, uniform parameters, workgroup counts) and then only encoded, so
+//! nothing is created in a token loop.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use wgpu::util::DeviceExt;
+
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::repack::PackedMatrix;
+use crate::gpu::shaders::{
+    KernelKey, MatvecParams, RmsNormParams, WeightFormat, MAX_WORKGROUP_SIZE, QK,
+};
+
+/// Workgroup size used for every kernel when the device allows it (`override WG`).
+pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
+/// Matrix rows per matvec workgroup (`override ROWS`).
+pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 2;
+
+/// Compiled pipelines for every kernel the context can run.
+pub struct Kernels {
+    pipelines: HashMap<KernelKey, wgpu::ComputePipeline>,
+    /// Whether the `subgroupAdd` variants are used.
+    pub subgroup: bool,
+    /// Workgroup size (a power of two).
+    pub workgroup_size: u32,
+    /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
+    /// the 2-D dispatch that very tall matrices (large vocabularies) need.
+    pub max_groups_per_dim: u32,
+}
+
+/// One prepared kernel launch: encode it into any compute pass, as often as needed.
+pub struct Dispatch {
+    pipeline: wgpu::ComputePipeline,
+    bind_group: wgpu::BindGroup,
+    /// Workgroups along x and y.
+    groups: (u32, u32),
+    /// Kept alive for the bind group.
+    _params: wgpu::Buffer,
+}
+
+impl Dispatch {
+    pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
+        pass.set_pipeline(&self.pipeline);
+        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.dispatch_workgroups(self.groups.0, self.groups.1, 1);
+    }
+}
+
+/// A weight matrix resident on the GPU, in [`PackedMatrix`]'s layout.
+pub struct GpuMatrix {
+    pub ty: WeightFormat,
+    pub rows: usize,
+    pub cols: usize,
+    /// WGSL binding 0.
+    pub quants: wgpu::Buffer,
+    /// WGSL binding 1 (formats with [`WeightFormat::has_scales`]).
+    pub scales: Option<wgpu::Buffer>,
+}
+
+fn to_u32(v: usize, what: &str) -> Result<u32> {
+    u32::try_from(v).map_err(|_| Error::Gpu(format!("{what} = {v} does not fit in u32")))
+}
+
+/// Storage buffer from `words` (at least one word: zero-sized bindings are invalid), checked
+/// against the device's binding limit.
+fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> Result<wgpu::Buffer> {
+    let limit = ctx.limits.max_storage_buffer_binding_size;
+    if bytes.len() as u64 > limit {
+        // Splitting a tensor across bindings is not implemented yet: say so rather than fail
+        // validation later.
+        return Err(Error::Gpu(format!(
+            "{label}: {} bytes exceeds max_storage_buffer_binding_size {limit}",
+            bytes.len()
+        )));
+    }
+    let padded;
+    let contents = if bytes.is_empty() {
+        padded = [0u8; 4];
+        &padded[..]
+    } else {
+        bytes
+    };
+    ctx.scoped(label, || {
+        Ok(ctx
+            .device
+            .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                label: Some(label),
+                contents,
+                usage: wgpu::BufferUsages::STORAGE
+                    | wgpu::BufferUsages::COPY_SRC
+                    | wgpu::BufferUsages::COPY_DST,
+            }))
+    })
+}
+
+/// Uploads `data` as an f32 storage buffer (usable as input and output of the kernels).
+pub fn upload_f32(ctx: &GpuContext, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+    storage_buffer(ctx, label, bytemuck::cast_slice(data))
+}
+
+/// Uploads a repacked matrix.
+pub fn upload_matrix(ctx: &GpuContext, m: &PackedMatrix) -> Result<GpuMatrix> {
+    let quants = storage_buffer(ctx, "weights.quants", bytemuck::cast_slice(&m.quants))?;
+    let scales = if m.ty.has_scales() {
+        Some(storage_buffer(
+            ctx,
+            "weights.scales",
+            bytemuck::cast_slice(&m.scales),
+        )?)
+    } else {
+        None
+    };
+    Ok(GpuMatrix {
+        ty: m.ty,
+        rows: m.rows,
+        cols: m.cols,
+        quants,
+        scales,
+    })
+}
+
+/// Submits the dispatches in one command buffer, in order, and waits for them.
+pub fn run(ctx: &GpuContext, dispatches: &[&Dispatch]) -> Result<()> {
+    ctx.scoped("run", || {
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("run") });
+        {
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            for d in dispatches {
+                d.encode(&mut pass);
+            }
+        }
+        ctx.queue.submit([enc.finish()]);
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("wait for GPU: {e}")))?;
+        Ok(())
+    })
+}
+
+/// Copies the first `n` f32 of `buf` back to the host.
+pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f32>> {
+    let bytes = (n as u64).saturating_mul(4);
+    if bytes > buf.size() {
+        return Err(Error::Gpu(format!(
+            "read {n} f32 from a {}-byte buffer",
+            buf.size()
+        )));
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    let staging = ctx.scoped("readback", || {
+        let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("readback"),
+            size: bytes,
+            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let mut enc = ctx
+            .device
+            .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                label: Some("readback"),
+            });
+        enc.copy_buffer_to_buffer(buf, 0, &staging, 0, bytes);
+        ctx.queue.submit([enc.finish()]);
+        Ok(staging)
+    })?;
+    let (tx, rx) = std::sync::mpsc::channel();
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |r| {
+        // The receiver outlives the poll below; a send error only means nobody waits.
+        let _ = tx.send(r);
+    });
+    ctx.device
+        .poll(wgpu::PollType::wait_indefinitely())
+        .map_err(|e| Error::Gpu(format!("wait for readback: {e}")))?;
+    rx.recv()
+        .map_err(|_| Error::Gpu("readback callback never ran".into()))?
+        .map_err(|e| Error::Gpu(format!("map readback buffer: {e}")))?;
+    let out = {
+        let view = staging
+            .slice(..)
+            .get_mapped_range()
+            .map_err(|e| Error::Gpu(format!("read mapped buffer: {e}")))?;
+        bytemuck::cast_slice::<u8, f32>(&view).to_vec()
+    };
+    staging.unmap();
+    Ok(out)
+}
+
+/// Workgroup counts (x, y) covering `total` workgroups with at most `max` per dimension; the
+/// shaders skip the up to x - 1 surplus workgroups of the last line.
+pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
+    let max = max.max(1);
+    let x = total.clamp(1, max);
+    let y = total.div_ceil(x).max(1);
+    if y > max {
+        return Err(Error::Gpu(format!(
+            "{total} workgroups exceed a 2-D dispatch of {max} x {max}"
+        )));
+    }
+    Ok((x, y))
+}
+
+impl Kernels {
+    /// Compiles every kernel variant this context can run: the `subgroupAdd` ones where the
+    /// device has `SUBGROUP`, the workgroup-memory ones otherwise.
+    pub fn new(ctx: &GpuContext) -> Result<Kernels> {
+        Kernels::with_options(ctx, ctx.has_subgroups())
+    }
+
+    /// As [`Kernels::new`], choosing the reduction explicitly (`subgroup` needs `SUBGROUP`).
+    pub fn with_options(ctx: &GpuContext, subgroup: bool) -> Result<Kernels> {
+        if subgroup && !ctx.has_subgroups() {
+            return Err(Error::Gpu(format!(
+                "{} has no SUBGROUP feature",
+                ctx.info.name
+            )));
+        }
+        // Largest power of two within the device limit, the default and MAX_WG.
+        let cap = DEFAULT_WORKGROUP_SIZE
+            .min(MAX_WORKGROUP_SIZE)
+            .min(ctx.limits.max_compute_invocations_per_workgroup)
+            .min(ctx.limits.max_compute_workgroup_size_x)
+            .max(1);
+        let workgroup_size = 1u32 << (31 - cap.leading_zeros());
+        let mut pipelines = HashMap::new();
+        for key in KernelKey::all() {
+            if key.uses_subgroups() != subgroup {
+                continue;
+            }
+            let label = key.label();
+            let mut constants = vec![("WG", f64::from(workgroup_size))];
+            if matches!(key, KernelKey::Matvec { .. }) {
+                constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
+            }
+            let pipeline = ctx.scoped(&format!("compile {label}"), || {
+                let module = ctx
+                    .device
+                    .create_shader_module(wgpu::ShaderModuleDescriptor {
+                        label: Some(&label),
+                        source: wgpu::ShaderSource::Wgsl(Cow::Owned(key.source())),
+                    });
+                Ok(ctx
+                    .device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(&label),
+                        layout: None,
+                        module: &module,
+                        entry_point: Some("main"),
+                        compilation_options: wgpu::PipelineCompilationOptions {
+                            constants: &constants,
+                            // Every kernel writes its workgroup memory before reading it.
+                            zero_initialize_workgroup_memory: false,
+                        },
+                        cache: None,
+                    }))
+            })?;
+            pipelines.insert(key, pipeline);
+        }
+        Ok(Kernels {
+            pipelines,
+            subgroup,
+            workgroup_size,
+            max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
+        })
+    }
+
+    fn pipeline(&self, key: KernelKey) -> Result<&wgpu::ComputePipeline> {
+        self.pipelines
+            .get(&key)
+            .ok_or_else(|| Error::Gpu(format!("kernel {} not compiled", key.label())))
+    }
+
+    fn prepare(
+        &self,
+        ctx: &GpuContext,
+        key: KernelKey,
+        params: &[u8],
+        buffers: &[(u32, &wgpu::Buffer)],
+        uniform_binding: u32,
+        groups: (u32, u32),
+    ) -> Result<Dispatch> {
+        let pipeline = self.pipeline(key)?.clone();
+        let label = key.label();
+        ctx.scoped(&format!("prepare {label}"), || {
+            let params_buf = ctx
+                .device
+                .create_buffer_init(&wgpu::util::BufferInitDescriptor {
+                    label: Some(&label),
+                    contents: params,
+                    usage: wgpu::BufferUsages::UNIFORM,
+                });
+            let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+                .iter()
+                .map(|&(binding, b)| wgpu::BindGroupEntry {
+                    binding,
+                    resource: b.as_entire_binding(),
+                })
+                .collect();
+            entries.push(wgpu::BindGroupEntry {
+                binding: uniform_binding,
+                resource: params_buf.as_entire_binding(),
+            });
+            let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(&label),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            Ok(Dispatch {
+                pipeline,
+                bind_group,
+                groups,
+                _params: params_buf,
+            })
+        })
+    }
+
+    /// Prepares `y = W x`: `x` holds at least `[cols]` f32, `y` at least `[rows]` f32.
+    pub fn matvec(
+        &self,
+        ctx: &GpuContext,
+        w: &GpuMatrix,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+    ) -> Result<Dispatch> {
+        if x.size() < (w.cols as u64) * 4 || y.size() < (w.rows as u64) * 4 {
+            return Err(Error::Gpu(format!(
+                "matvec [{}, {}]: x is {} bytes, y {} bytes",
+                w.rows,
+                w.cols,
+                x.size(),
+                y.size()
+            )));
+        }
+        let rows = to_u32(w.rows, "rows")?;
+        let cols = to_u32(w.cols, "cols")?;
+        let groups = grid(
+            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
+            self.max_groups_per_dim,
+        )?;
+        let params = MatvecParams {
+            rows,
+            cols,
+            blocks_per_row: cols.div_ceil(QK),
+            groups_x: groups.0,
+        };
+        let key = KernelKey::Matvec {
+            ty: w.ty,
+            subgroup: self.subgroup,
+        };
+        let mut bufs = vec![(0, &w.quants)];
+        if let Some(s) = &w.scales {
+            bufs.push((1, s));
+        }
+        bufs.push((2, x));
+        bufs.push((3, y));
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 4, groups)
+    }
+
+    /// Prepares RMS normalization of `n_rows` rows of `n` f32: `x` and `out` hold
+    /// `[n_rows, n]`, `weight` holds `[n]`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm(
+        &self,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        weight: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+        eps: f32,
+    ) -> Result<Dispatch> {
+        let need = (n as u64) * (n_rows as u64) * 4;
+        if x.size() < need || out.size() < need || weight.size() < (n as u64) * 4 {
+            return Err(Error::Gpu(format!(
+                "rms_norm [{n_rows}, {n}]: buffers too small"
+            )));
+        }
+        let groups = grid(to_u32(n_rows, "n_rows")?, self.max_groups_per_dim)?;
+        let params = RmsNormParams {
+            n: to_u32(n, "n")?,
+            n_rows: to_u32(n_rows, "n_rows")?,
+            eps,
+            groups_x: groups.0,
+        };
+        let key = KernelKey::RmsNorm {
+            subgroup: self.subgroup,
+        };
+        let bufs = [(0, x), (1, weight), (2, out)];
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 3, groups)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::grid;
+
+    #[test]
+    fn grid_covers_every_workgroup_within_the_limit() {
+        for max in [1u32, 2, 7, 65535] {
+            for total in [0u32, 1, 2, 6, 7, 8, 48, 49, 50] {
+                match grid(total, max) {
+                    Ok((x, y)) => {
+                        assert!(x <= max && y <= max && x >= 1 && y >= 1);
+                        assert!(u64::from(x) * u64::from(y) >= u64::from(total));
+                        // No whole line of idle workgroups.
+                        assert!(u64::from(x) * u64::from(y - 1) < u64::from(total.max(1)));
+                    }
+                    Err(_) => assert!(u64::from(total) > u64::from(max) * u64::from(max)),
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,16 @@
+//! The GPU path: wgpu + WGSL compute shaders (Vulkan on phones, lavapipe in CI, GL fallback).
+//!
+//! - [`device`]: adapter listing and lazy, fallible device bring-up ([`GpuContext`]).
+//! - [`shaders`]: the kernel registry ([`KernelKey`]) composing `shaders/*.wgsl` fragments.
+//! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).
+//! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
+
+pub mod device;
+pub mod kernels;
+pub mod repack;
+pub mod shaders;
+
+pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
+pub use kernels::{Dispatch, GpuMatrix, Kernels};
+pub use repack::{repack, PackedMatrix};
+pub use shaders::{KernelKey, WeightFormat};

@@ -1,0 +1,170 @@
+//! The kernel registry: every compute shader is named by a [`KernelKey`] and composed by
+//! concatenating plain WGSL fragments from `shaders/` (no templating, no preprocessor). Each
+//! fragment is ordinary WGSL; tunables are WGSL `override` constants set at pipeline creation.
+//!
+//! Composition order: reduction (`shaders/reduce/*.wgsl`: `override WG`, `fn wg_sum`), then the
+//! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`), then
+//! the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry point).
+
+use bytemuck::{Pod, Zeroable};
+use kernels_ref::GgmlType;
+
+const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
+const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
+const QUANT_Q4_0: &str = include_str!("../../shaders/quant/q4_0.wgsl");
+const QUANT_Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
+const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
+const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
+const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
+const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
+const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
+
+/// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
+pub const MAX_WORKGROUP_SIZE: u32 = 256;
+
+/// Weight formats the GPU kernels read (each has a `shaders/quant/*.wgsl` fragment).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WeightFormat {
+    Q4_0,
+    Q4_1,
+    Q8_0,
+    F16,
+    F32,
+}
+
+impl WeightFormat {
+    /// Every format, in declaration order.
+    pub const ALL: [WeightFormat; 5] = [
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+        WeightFormat::F16,
+        WeightFormat::F32,
+    ];
+
+    /// The GPU format for a ggml type, if there is one.
+    pub fn from_ggml(ty: GgmlType) -> Option<WeightFormat> {
+        match ty {
+            GgmlType::Q4_0 => Some(WeightFormat::Q4_0),
+            GgmlType::Q4_1 => Some(WeightFormat::Q4_1),
+            GgmlType::Q8_0 => Some(WeightFormat::Q8_0),
+            GgmlType::F16 => Some(WeightFormat::F16),
+            GgmlType::F32 => Some(WeightFormat::F32),
+            _ => None,
+        }
+    }
+
+    pub fn ggml(self) -> GgmlType {
+        match self {
+            WeightFormat::Q4_0 => GgmlType::Q4_0,
+            WeightFormat::Q4_1 => GgmlType::Q4_1,
+            WeightFormat::Q8_0 => GgmlType::Q8_0,
+            WeightFormat::F16 => GgmlType::F16,
+            WeightFormat::F32 => GgmlType::F32,
+        }
+    }
+
+    /// Whether the repacked matrix has a separate scale buffer (WGSL binding 1).
+    pub fn has_scales(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+        )
+    }
+
+    fn fragment(self) -> &'static str {
+        match self {
+            WeightFormat::Q4_0 => QUANT_Q4_0,
+            WeightFormat::Q4_1 => QUANT_Q4_1,
+            WeightFormat::Q8_0 => QUANT_Q8_0,
+            WeightFormat::F16 => QUANT_F16,
+            WeightFormat::F32 => QUANT_F32,
+        }
+    }
+}
+
+/// Columns per `dq_block` call, for every format (`QK` in WGSL).
+pub const QK: u32 = 32;
+
+/// One composed compute shader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum KernelKey {
+    /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction.
+    Matvec { ty: WeightFormat, subgroup: bool },
+    /// `shaders/rmsnorm.wgsl`; `subgroup` picks `subgroupAdd` reduction.
+    RmsNorm { subgroup: bool },
+}
+
+impl KernelKey {
+    /// Every kernel variant (the naga test validates each one).
+    pub fn all() -> Vec<KernelKey> {
+        let mut keys = Vec::new();
+        for subgroup in [false, true] {
+            for ty in WeightFormat::ALL {
+                keys.push(KernelKey::Matvec { ty, subgroup });
+            }
+            keys.push(KernelKey::RmsNorm { subgroup });
+        }
+        keys
+    }
+
+    /// Whether the shader needs the adapter's `SUBGROUP` feature.
+    pub fn uses_subgroups(&self) -> bool {
+        match *self {
+            KernelKey::Matvec { subgroup, .. } | KernelKey::RmsNorm { subgroup } => subgroup,
+        }
+    }
+
+    /// A label for pipelines and messages, e.g. `matvec_q4_0_sg`.
+    pub fn label(&self) -> String {
+        let sg = if self.uses_subgroups() { "_sg" } else { "" };
+        match *self {
+            KernelKey::Matvec { ty, .. } => {
+                format!("matvec_{}{sg}", ty.ggml().name().to_lowercase())
+            }
+            KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
+        }
+    }
+
+    /// The composed WGSL module (entry point `main`).
+    pub fn source(&self) -> String {
+        let reduce = if self.uses_subgroups() {
+            REDUCE_SUBGROUP
+        } else {
+            REDUCE_WORKGROUP
+        };
+        let parts: Vec<&str> = match *self {
+            KernelKey::Matvec { ty, .. } => vec![reduce, ty.fragment(), MATVEC],
+            KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
+        };
+        parts.join("\n")
+    }
+}
+
+/// Uniform parameters of `shaders/matvec.wgsl` (`struct MatvecParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatvecParams {
+    pub rows: u32,
+    pub cols: u32,
+    /// ceil(cols / QK)
+    pub blocks_per_row: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
+/// Uniform parameters of `shaders/rmsnorm.wgsl` (`struct RmsNormParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct RmsNormParams {
+    /// row length
+    pub n: u32,
+    pub n_rows: u32,
+    pub eps: f32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
+// Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
+const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
+const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);

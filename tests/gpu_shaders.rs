@@ -1,0 +1,113 @@
+//! Every composed WGSL kernel variant parses and validates with naga (no GPU needed), and the
+//! registry lists every variant.
+
+use std::collections::HashSet;
+
+use memwall::gpu::shaders::{KernelKey, WeightFormat};
+use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
+
+/// Validates `key`'s module with exactly the capabilities it may rely on: the portable
+/// variants get neither SUBGROUP nor SHADER_FLOAT16 (as wgpu's GL backend on llvmpipe), so a
+/// stray subgroup or native-f16 use in them fails here.
+fn validate(key: &KernelKey, caps: Capabilities) -> Result<(), String> {
+    let src = key.source();
+    let module = naga::front::wgsl::parse_str(&src)
+        .map_err(|e| format!("{}: parse:\n{}", key.label(), e.emit_to_string(&src)))?;
+    let mut v = Validator::new(ValidationFlags::all(), caps);
+    if caps.contains(Capabilities::SUBGROUP) {
+        v.subgroup_stages(ShaderStages::COMPUTE);
+        v.subgroup_operations(SubgroupOperationSet::all());
+    }
+    v.validate(&module)
+        .map_err(|e| format!("{}: validate:\n{}", key.label(), e.emit_to_string(&src)))?;
+    let entry: Vec<&str> = module
+        .entry_points
+        .iter()
+        .map(|e| e.name.as_str())
+        .collect();
+    if entry != ["main"] {
+        return Err(format!(
+            "{}: entry points {entry:?}, want [main]",
+            key.label()
+        ));
+    }
+    Ok(())
+}
+
+/// `unpack2x16float` needs naga's SHADER_FLOAT16_IN_FLOAT32, which wgpu grants from the
+/// downlevel flag SHADER_F16_IN_F32 (WebGPU baseline, GL 4.2+/GLES 3.0+, Vulkan): it is not
+/// the optional `SHADER_F16` feature.
+const BASELINE: Capabilities = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
+
+fn caps_for(key: &KernelKey) -> Capabilities {
+    if key.uses_subgroups() {
+        BASELINE | Capabilities::SUBGROUP
+    } else {
+        BASELINE
+    }
+}
+
+#[test]
+fn every_kernel_variant_validates() {
+    let mut failures = Vec::new();
+    for key in KernelKey::all() {
+        if let Err(e) = validate(&key, caps_for(&key)) {
+            failures.push(e);
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn subgroup_variants_need_the_subgroup_capability() {
+    // Guards the test above: if the validator ignored capabilities, a subgroup variant would
+    // pass on the portable settings too.
+    for key in KernelKey::all().iter().filter(|k| k.uses_subgroups()) {
+        assert!(
+            validate(key, BASELINE).is_err(),
+            "{} validated without SUBGROUP",
+            key.label()
+        );
+    }
+}
+
+#[test]
+fn all_lists_every_variant_once() {
+    let all = KernelKey::all();
+    let set: HashSet<KernelKey> = all.iter().copied().collect();
+    assert_eq!(set.len(), all.len(), "duplicate keys in KernelKey::all()");
+    // WeightFormat::ALL is exhaustive: this match stops compiling when a format is added.
+    for ty in WeightFormat::ALL {
+        match ty {
+            WeightFormat::Q4_0
+            | WeightFormat::Q4_1
+            | WeightFormat::Q8_0
+            | WeightFormat::F16
+            | WeightFormat::F32 => {}
+        }
+        assert_eq!(WeightFormat::from_ggml(ty.ggml()), Some(ty));
+    }
+    assert_eq!(
+        WeightFormat::ALL.iter().collect::<HashSet<_>>().len(),
+        5,
+        "WeightFormat::ALL lists every format once"
+    );
+    let mut want = HashSet::new();
+    for subgroup in [false, true] {
+        for ty in WeightFormat::ALL {
+            want.insert(KernelKey::Matvec { ty, subgroup });
+        }
+        want.insert(KernelKey::RmsNorm { subgroup });
+    }
+    // Every key in `all()` is one of the enum's variants (exhaustive match), and every
+    // variant/format/reduction combination is in `all()`.
+    for key in &all {
+        match key {
+            KernelKey::Matvec { .. } | KernelKey::RmsNorm { .. } => {}
+        }
+    }
+    assert_eq!(set, want);
+    // Labels name pipelines and failures: they must be distinct.
+    let labels: HashSet<String> = all.iter().map(|k| k.label()).collect();
+    assert_eq!(labels.len(), all.len());
+}
