@@ -125,13 +125,41 @@ impl CpuBackend {
                 );
             }
         }
-        let per_layer = cfg.n_head_kv * n_ctx * cfg.head_dim;
+        if n_ctx == 0 {
+            return Err(Error::InvalidArgument(
+                "context size must be at least 1".into(),
+            ));
+        }
+        // [n_ctx, n_head_kv, head_dim] f32 per layer for K and for V. A context the machine
+        // cannot hold is an error, not an abort inside the allocator.
+        let per_layer = cfg
+            .n_head_kv
+            .checked_mul(n_ctx)
+            .and_then(|v| v.checked_mul(cfg.head_dim))
+            .filter(|&v| v.checked_mul(4 * 2 * cfg.n_layer).is_some())
+            .ok_or_else(|| {
+                Error::InvalidArgument(format!("context of {n_ctx} tokens is too large"))
+            })?;
+        let alloc = || -> Result<Vec<f32>> {
+            let mut v = Vec::new();
+            v.try_reserve_exact(per_layer)
+                .map_err(|_| Error::OutOfMemory {
+                    what: format!(
+                        "KV cache for a context of {n_ctx} tokens ({} MiB)",
+                        (per_layer * 4 * 2 * cfg.n_layer) >> 20
+                    ),
+                })?;
+            v.resize(per_layer, 0.0);
+            Ok(v)
+        };
         let kv = (0..cfg.n_layer)
-            .map(|_| LayerKv {
-                k: vec![0.0; per_layer],
-                v: vec![0.0; per_layer],
+            .map(|_| {
+                Ok(LayerKv {
+                    k: alloc()?,
+                    v: alloc()?,
+                })
             })
-            .collect();
+            .collect::<Result<Vec<_>>>()?;
         Ok(CpuBackend {
             gguf,
             cfg,

@@ -38,6 +38,9 @@ pub enum Error {
     #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens")]
     ContextOverflow { n_prompt: usize, n_ctx: usize },
 
+    #[error("out of memory: cannot allocate the {what}")]
+    OutOfMemory { what: String },
+
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 

@@ -277,3 +277,29 @@ fn tokenize_works_on_a_vocabulary_only_file() {
     let got: Vec<u32> = serde_json::from_str(stdout(&o).trim()).unwrap();
     assert_eq!(got, want, "{first_text:?}");
 }
+
+#[test]
+fn absurd_context_sizes_are_errors_not_aborts() {
+    let model = common::model_path();
+    for (ctx, needle) in [("9223372036854775807", "too large"), ("0", "")] {
+        let o = memwall(&[
+            "run",
+            "-m",
+            model.to_str().unwrap(),
+            "-p",
+            "Hi",
+            "-c",
+            ctx,
+            "-n",
+            "2",
+        ]);
+        if ctx == "0" {
+            // 0 means the model's own context: a normal run.
+            assert!(o.status.success(), "{}", stderr(&o));
+            continue;
+        }
+        assert!(!o.status.success());
+        assert!(stderr(&o).contains(needle), "{}", stderr(&o));
+        assert!(!stderr(&o).contains("panicked"), "{}", stderr(&o));
+    }
+}
