@@ -110,6 +110,9 @@ fn all_lists_every_variant_once() {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
     }
+    for ty in WeightFormat::ALL {
+        want.insert(KernelKey::Embedding { ty });
+    }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.
     for key in &all {
@@ -120,7 +123,8 @@ fn all_lists_every_variant_once() {
             | KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
-            | KernelKey::Argmax => {}
+            | KernelKey::Argmax
+            | KernelKey::Embedding { .. } => {}
         }
     }
     assert_eq!(set, want);

@@ -103,6 +103,11 @@ pub fn upload_f32(ctx: &GpuContext, label: &str, data: &[f32]) -> Result<wgpu::B
     storage_buffer(ctx, label, bytemuck::cast_slice(data))
 }
 
+/// Uploads `data` as a u32 storage buffer (token ids).
+pub fn upload_u32(ctx: &GpuContext, label: &str, data: &[u32]) -> Result<wgpu::Buffer> {
+    storage_buffer(ctx, label, bytemuck::cast_slice(data))
+}
+
 /// Uploads a repacked matrix.
 pub fn upload_matrix(ctx: &GpuContext, m: &PackedMatrix) -> Result<GpuMatrix> {
     let quants = storage_buffer(ctx, "weights.quants", bytemuck::cast_slice(&m.quants))?;

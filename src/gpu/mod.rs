@@ -5,7 +5,7 @@
 //! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
-//!   argmax).
+//!   argmax, embedding lookup).
 
 pub mod device;
 pub mod kernels;

@@ -1,11 +1,11 @@
 //! Prepared dispatches for the element-wise and row ops of the llama forward pass: RoPE,
 //! SwiGLU, residual add, softmax and argmax (shaders `rope`, `swiglu`, `add`, `softmax`,
-//! `argmax`). Each op checks its buffers' sizes before any GPU work.
+//! `argmax`) and the token embedding lookup (`embedding`). Each op checks its buffers' sizes before any GPU work.
 
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, Kernels};
-use crate::gpu::shaders::{ElementwiseParams, KernelKey, RopeParams, RowParams};
+use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels};
+use crate::gpu::shaders::{ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -181,5 +181,38 @@ impl Kernels {
         check_len("argmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
         check_len("argmax out", out, n_rows as u64)?;
         self.rows(ctx, KernelKey::Argmax, &[(0, x), (1, out)], n, n_rows)
+    }
+
+    /// Prepares the embedding lookup `out[t] = table[ids[t]]` as f32: `ids` holds `[n_tokens]`
+    /// u32, `out` `[n_tokens, table.cols]` f32. An id past the table gives a row of zeros.
+    pub fn embedding(
+        &self,
+        ctx: &GpuContext,
+        table: &GpuMatrix,
+        ids: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        n_tokens: usize,
+    ) -> Result<Dispatch> {
+        check_len("embedding ids", ids, n_tokens as u64)?;
+        check_len(
+            "embedding out",
+            out,
+            (n_tokens as u64).saturating_mul(table.cols as u64),
+        )?;
+        let groups = grid(to_u32(n_tokens, "n_tokens")?, self.max_groups_per_dim)?;
+        let params = EmbeddingParams {
+            rows: to_u32(table.rows, "rows")?,
+            cols: to_u32(table.cols, "cols")?,
+            n_tokens: to_u32(n_tokens, "n_tokens")?,
+            groups_x: groups.0,
+        };
+        let mut bufs = vec![(0, &table.quants)];
+        if let Some(s) = &table.scales {
+            bufs.push((1, s));
+        }
+        bufs.push((2, ids));
+        bufs.push((3, out));
+        let key = KernelKey::Embedding { ty: table.ty };
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 4, groups)
     }
 }

@@ -23,6 +23,7 @@ const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
 const ADD: &str = include_str!("../../shaders/add.wgsl");
 const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
 const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
+const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
@@ -109,6 +110,8 @@ pub enum KernelKey {
     Softmax { subgroup: bool },
     /// `shaders/argmax.wgsl` (workgroup-memory reduction only).
     Argmax,
+    /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction).
+    Embedding { ty: WeightFormat },
 }
 
 impl KernelKey {
@@ -128,6 +131,9 @@ impl KernelKey {
             KernelKey::Add,
             KernelKey::Argmax,
         ]);
+        for ty in WeightFormat::ALL {
+            keys.push(KernelKey::Embedding { ty });
+        }
         keys
     }
 
@@ -146,7 +152,11 @@ impl KernelKey {
             KernelKey::Matvec { subgroup, .. }
             | KernelKey::RmsNorm { subgroup }
             | KernelKey::Softmax { subgroup } => subgroup,
-            KernelKey::Rope | KernelKey::Swiglu | KernelKey::Add | KernelKey::Argmax => false,
+            KernelKey::Rope
+            | KernelKey::Swiglu
+            | KernelKey::Add
+            | KernelKey::Argmax
+            | KernelKey::Embedding { .. } => false,
         }
     }
 
@@ -163,6 +173,9 @@ impl KernelKey {
             KernelKey::Add => "add".into(),
             KernelKey::Softmax { .. } => format!("softmax{sg}"),
             KernelKey::Argmax => "argmax".into(),
+            KernelKey::Embedding { ty } => {
+                format!("embedding_{}", ty.ggml().name().to_lowercase())
+            }
         }
     }
 
@@ -178,6 +191,7 @@ impl KernelKey {
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
             KernelKey::Argmax => vec![REDUCE_WORKGROUP, ARGMAX],
+            KernelKey::Embedding { ty } => vec![REDUCE_WORKGROUP, ty.fragment(), EMBEDDING],
             KernelKey::Rope => vec![ROPE],
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],
@@ -252,9 +266,21 @@ pub struct RowParams {
     pub pad0: u32,
 }
 
+/// Uniform parameters of `shaders/embedding.wgsl` (`struct EmbeddingParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct EmbeddingParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub n_tokens: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
+const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 16);
