@@ -25,15 +25,16 @@ fn context() -> GpuContext {
 }
 
 /// Workgroup-memory kernels, the subgroup ones where available, and the portable ones on a
-/// tiny grid (so the 2-D dispatch and the skipping of surplus workgroups run).
-fn kernel_sets(ctx: &GpuContext) -> Vec<Kernels> {
+/// grid of at most `small` x `small` workgroups (so the 2-D dispatch and the skipping of
+/// surplus workgroups run: callers pick `small` so the test's sizes need more than one line).
+fn kernel_sets(ctx: &GpuContext, small: u32) -> Vec<Kernels> {
     let mut v = vec![Kernels::with_options(ctx, false).unwrap()];
     if ctx.has_subgroups() {
         v.push(Kernels::with_options(ctx, true).unwrap());
     }
-    let mut small = Kernels::with_options(ctx, false).unwrap();
-    small.max_groups_per_dim = 9;
-    v.push(small);
+    let mut k = Kernels::with_options(ctx, false).unwrap();
+    k.max_groups_per_dim = small;
+    v.push(k);
     v
 }
 
@@ -108,7 +109,7 @@ fn worst(got: &[f32], want: &[f32], tol: impl Fn(usize) -> f64) -> (usize, f64, 
 #[test]
 fn rope_matches_kernels_ref() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 9);
     // (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale): the test model's 64-dim heads,
     // partial rotation, odd head counts, positions near 4000, a scaled context.
     let cases = [
@@ -191,7 +192,7 @@ fn rope_matches_kernels_ref() {
 #[test]
 fn swiglu_and_add_match_kernels_ref() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 9);
     for n in [1usize, 37, 1536, 4099] {
         let mut rng = Rng(0x5a1 ^ n as u64);
         // Gate values past +-88 (exp overflow) come from the outliers at scale 4.
@@ -239,7 +240,7 @@ fn swiglu_and_add_match_kernels_ref() {
 #[test]
 fn softmax_matches_kernels_ref() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 4);
     // (n_rows, n): attention rows of odd lengths, a single element, long rows; the last row
     // set includes masked (-inf) entries and a fully masked row.
     for (n_rows, n) in [(9usize, 37usize), (4, 1), (2, 4099), (7, 130)] {
@@ -319,7 +320,7 @@ fn argmax_ref(row: &[f32]) -> u32 {
 #[test]
 fn argmax_matches_reference_with_ties() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 4);
     let n = 49152; // the test model's vocabulary
     let n_rows = 5;
     let mut rng = Rng(0xa46 ^ n as u64);
@@ -453,7 +454,7 @@ fn check_embedding(
 #[test]
 fn embedding_matches_kernels_ref() {
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 4);
     for ty in WeightFormat::ALL {
         let shapes: &[(usize, usize)] = if ty.ggml().block_size() == 1 {
             &[(37, 37), (5, 1), (7, 96)]
@@ -483,7 +484,7 @@ fn embedding_of_the_test_models_token_table() {
         )
     });
     let ctx = context();
-    let ks = kernel_sets(&ctx);
+    let ks = kernel_sets(&ctx, 4);
     let t = g.require_tensor("token_embd.weight").unwrap();
     let ty = WeightFormat::from_ggml(t.ty).unwrap();
     let cols = t.dims[0] as usize;
