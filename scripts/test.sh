@@ -10,3 +10,4 @@ cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --profile ci
 # The portable path (no f16, no subgroups) through GL on llvmpipe.
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kernels
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_ops

@@ -98,12 +98,33 @@ fn all_lists_every_variant_once() {
             want.insert(KernelKey::Matvec { ty, subgroup });
         }
         want.insert(KernelKey::RmsNorm { subgroup });
+        want.insert(KernelKey::Softmax { subgroup });
+    }
+    // Kernels with no reduction choice: one variant each, compiled by every context.
+    for key in [
+        KernelKey::Rope,
+        KernelKey::Swiglu,
+        KernelKey::Add,
+        KernelKey::Argmax,
+    ] {
+        assert!(!key.has_reduction_choice() && !key.uses_subgroups());
+        want.insert(key);
+    }
+    for ty in WeightFormat::ALL {
+        want.insert(KernelKey::Embedding { ty });
     }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.
     for key in &all {
         match key {
-            KernelKey::Matvec { .. } | KernelKey::RmsNorm { .. } => {}
+            KernelKey::Matvec { .. }
+            | KernelKey::RmsNorm { .. }
+            | KernelKey::Softmax { .. }
+            | KernelKey::Rope
+            | KernelKey::Swiglu
+            | KernelKey::Add
+            | KernelKey::Argmax
+            | KernelKey::Embedding { .. } => {}
         }
     }
     assert_eq!(set, want);

@@ -62,7 +62,7 @@ pub struct GpuMatrix {
     pub scales: Option<wgpu::Buffer>,
 }
 
-fn to_u32(v: usize, what: &str) -> Result<u32> {
+pub(crate) fn to_u32(v: usize, what: &str) -> Result<u32> {
     u32::try_from(v).map_err(|_| Error::Gpu(format!("{what} = {v} does not fit in u32")))
 }
 
@@ -100,6 +100,11 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> Result<wgpu::B
 
 /// Uploads `data` as an f32 storage buffer (usable as input and output of the kernels).
 pub fn upload_f32(ctx: &GpuContext, label: &str, data: &[f32]) -> Result<wgpu::Buffer> {
+    storage_buffer(ctx, label, bytemuck::cast_slice(data))
+}
+
+/// Uploads `data` as a u32 storage buffer (token ids).
+pub fn upload_u32(ctx: &GpuContext, label: &str, data: &[u32]) -> Result<wgpu::Buffer> {
     storage_buffer(ctx, label, bytemuck::cast_slice(data))
 }
 
@@ -232,7 +237,7 @@ impl Kernels {
         let workgroup_size = 1u32 << (31 - cap.leading_zeros());
         let mut pipelines = HashMap::new();
         for key in KernelKey::all() {
-            if key.uses_subgroups() != subgroup {
+            if key.has_reduction_choice() && key.uses_subgroups() != subgroup {
                 continue;
             }
             let label = key.label();
@@ -278,7 +283,7 @@ impl Kernels {
             .ok_or_else(|| Error::Gpu(format!("kernel {} not compiled", key.label())))
     }
 
-    fn prepare(
+    pub(crate) fn prepare(
         &self,
         ctx: &GpuContext,
         key: KernelKey,

@@ -18,6 +18,12 @@ const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
+const ROPE: &str = include_str!("../../shaders/rope.wgsl");
+const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
+const ADD: &str = include_str!("../../shaders/add.wgsl");
+const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
+const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
+const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
@@ -93,6 +99,19 @@ pub enum KernelKey {
     Matvec { ty: WeightFormat, subgroup: bool },
     /// `shaders/rmsnorm.wgsl`; `subgroup` picks `subgroupAdd` reduction.
     RmsNorm { subgroup: bool },
+    /// `shaders/rope.wgsl` (standalone: no reduction).
+    Rope,
+    /// `shaders/swiglu.wgsl` (standalone).
+    Swiglu,
+    /// `shaders/add.wgsl` (standalone).
+    Add,
+    /// `shaders/softmax.wgsl`; `subgroup` picks `subgroupAdd` for the row sum (the row maximum
+    /// always goes through workgroup memory).
+    Softmax { subgroup: bool },
+    /// `shaders/argmax.wgsl` (workgroup-memory reduction only).
+    Argmax,
+    /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction).
+    Embedding { ty: WeightFormat },
 }
 
 impl KernelKey {
@@ -104,14 +123,40 @@ impl KernelKey {
                 keys.push(KernelKey::Matvec { ty, subgroup });
             }
             keys.push(KernelKey::RmsNorm { subgroup });
+            keys.push(KernelKey::Softmax { subgroup });
+        }
+        keys.extend([
+            KernelKey::Rope,
+            KernelKey::Swiglu,
+            KernelKey::Add,
+            KernelKey::Argmax,
+        ]);
+        for ty in WeightFormat::ALL {
+            keys.push(KernelKey::Embedding { ty });
         }
         keys
+    }
+
+    /// Whether the key comes in a workgroup-memory and a subgroup variant (a context compiles
+    /// one of the two); keys without the choice are compiled by every context.
+    pub fn has_reduction_choice(&self) -> bool {
+        matches!(
+            self,
+            KernelKey::Matvec { .. } | KernelKey::RmsNorm { .. } | KernelKey::Softmax { .. }
+        )
     }
 
     /// Whether the shader needs the adapter's `SUBGROUP` feature.
     pub fn uses_subgroups(&self) -> bool {
         match *self {
-            KernelKey::Matvec { subgroup, .. } | KernelKey::RmsNorm { subgroup } => subgroup,
+            KernelKey::Matvec { subgroup, .. }
+            | KernelKey::RmsNorm { subgroup }
+            | KernelKey::Softmax { subgroup } => subgroup,
+            KernelKey::Rope
+            | KernelKey::Swiglu
+            | KernelKey::Add
+            | KernelKey::Argmax
+            | KernelKey::Embedding { .. } => false,
         }
     }
 
@@ -123,6 +168,14 @@ impl KernelKey {
                 format!("matvec_{}{sg}", ty.ggml().name().to_lowercase())
             }
             KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
+            KernelKey::Rope => "rope".into(),
+            KernelKey::Swiglu => "swiglu".into(),
+            KernelKey::Add => "add".into(),
+            KernelKey::Softmax { .. } => format!("softmax{sg}"),
+            KernelKey::Argmax => "argmax".into(),
+            KernelKey::Embedding { ty } => {
+                format!("embedding_{}", ty.ggml().name().to_lowercase())
+            }
         }
     }
 
@@ -136,6 +189,12 @@ impl KernelKey {
         let parts: Vec<&str> = match *self {
             KernelKey::Matvec { ty, .. } => vec![reduce, ty.fragment(), MATVEC],
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
+            KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
+            KernelKey::Argmax => vec![REDUCE_WORKGROUP, ARGMAX],
+            KernelKey::Embedding { ty } => vec![REDUCE_WORKGROUP, ty.fragment(), EMBEDDING],
+            KernelKey::Rope => vec![ROPE],
+            KernelKey::Swiglu => vec![SWIGLU],
+            KernelKey::Add => vec![ADD],
         };
         parts.join("\n")
     }
@@ -165,6 +224,63 @@ pub struct RmsNormParams {
     pub groups_x: u32,
 }
 
+/// Uniform parameters of `shaders/rope.wgsl` (`struct RopeParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct RopeParams {
+    pub n_tokens: u32,
+    pub n_heads: u32,
+    pub head_dim: u32,
+    /// rotated dims per head (even, at most head_dim)
+    pub n_rot: u32,
+    /// position of the first token
+    pub pos0: u32,
+    /// 0: pairs (2i, 2i + 1); 1: pairs (i, i + n_rot / 2)
+    pub neox: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+}
+
+/// Uniform parameters of `shaders/swiglu.wgsl` and `shaders/add.wgsl`
+/// (`struct ElementwiseParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct ElementwiseParams {
+    pub n: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// Uniform parameters of `shaders/softmax.wgsl` and `shaders/argmax.wgsl` (`struct RowParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct RowParams {
+    /// row length
+    pub n: u32,
+    pub n_rows: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+}
+
+/// Uniform parameters of `shaders/embedding.wgsl` (`struct EmbeddingParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct EmbeddingParams {
+    pub rows: u32,
+    pub cols: u32,
+    pub n_tokens: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
+const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
+const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
+const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
+const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 16);

@@ -1,0 +1,32 @@
+// SwiGLU in place: gate = silu(gate) * up (twin of kernels-ref's ops::swiglu). Standalone
+// module. One invocation per element; 2-D dispatch as in matvec.wgsl.
+
+override WG: u32 = 64u;
+
+struct ElementwiseParams {
+    n: u32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+// [n]
+@group(0) @binding(0) var<storage, read_write> gate: array<f32>;
+// [n]
+@group(0) @binding(1) var<storage, read> up: array<f32>;
+@group(0) @binding(2) var<uniform> P: ElementwiseParams;
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let i = (wid.x + wid.y * P.groups_x) * WG + lid;
+    if (i >= P.n) {
+        return;
+    }
+    let g = gate[i];
+    // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
+    gate[i] = g / (1.0 + exp(-g)) * up[i];
+}

@@ -1,0 +1,218 @@
+//! Prepared dispatches for the element-wise and row ops of the llama forward pass: RoPE,
+//! SwiGLU, residual add, softmax and argmax (shaders `rope`, `swiglu`, `add`, `softmax`,
+//! `argmax`) and the token embedding lookup (`embedding`). Each op checks its buffers' sizes before any GPU work.
+
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels};
+use crate::gpu::shaders::{ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
+
+/// Rotary embedding settings (see kernels-ref's `rope`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RopeConfig {
+    pub n_heads: usize,
+    pub head_dim: usize,
+    /// rotated dims per head (even, at most `head_dim`)
+    pub n_rot: usize,
+    pub freq_base: f32,
+    pub freq_scale: f32,
+    /// pairs `(i, i + n_rot/2)` instead of `(2i, 2i + 1)`
+    pub neox: bool,
+}
+
+fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
+    if buf.size() < n_f32.saturating_mul(4) {
+        return Err(Error::Gpu(format!(
+            "{what}: buffer of {} bytes, need {n_f32} elements",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+impl Kernels {
+    /// Prepares RoPE in place on `x`: `[n_tokens, n_heads, head_dim]` f32, token `t` at
+    /// position `pos0 + t`. The per-pair frequencies are computed here in f64 and uploaded
+    /// (`[n_rot / 2]`), so the shader's angle error is only that of `pos * freq` in f32.
+    pub fn rope(
+        &self,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        cfg: &RopeConfig,
+        n_tokens: usize,
+        pos0: usize,
+    ) -> Result<Dispatch> {
+        if cfg.n_rot > cfg.head_dim || !cfg.n_rot.is_multiple_of(2) {
+            return Err(Error::Gpu(format!(
+                "rope: n_rot {} must be even and at most head_dim {}",
+                cfg.n_rot, cfg.head_dim
+            )));
+        }
+        let n = (n_tokens as u64)
+            .saturating_mul(cfg.n_heads as u64)
+            .saturating_mul(cfg.head_dim as u64);
+        check_len("rope x", x, n)?;
+        let half = cfg.n_rot / 2;
+        let pos0 = to_u32(pos0, "pos0")?;
+        // The last position must fit too (the shader adds the token index to pos0).
+        to_u32(pos0 as usize + n_tokens, "last position")?;
+        // [n_rot / 2]
+        let freqs: Vec<f32> = (0..half)
+            .map(|i| {
+                let e = -2.0 * i as f64 / cfg.n_rot as f64;
+                (f64::from(cfg.freq_scale) * f64::from(cfg.freq_base).powf(e)) as f32
+            })
+            .collect();
+        let freqs = upload_f32(ctx, "rope.freqs", &freqs)?;
+        let pairs = to_u32(n_tokens, "n_tokens")?
+            .checked_mul(to_u32(cfg.n_heads, "n_heads")?)
+            .and_then(|v| v.checked_mul(half as u32))
+            .ok_or_else(|| Error::Gpu("rope: too many pairs for u32".into()))?;
+        let groups = grid(pairs.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+        let params = RopeParams {
+            n_tokens: to_u32(n_tokens, "n_tokens")?,
+            n_heads: to_u32(cfg.n_heads, "n_heads")?,
+            head_dim: to_u32(cfg.head_dim, "head_dim")?,
+            n_rot: to_u32(cfg.n_rot, "n_rot")?,
+            pos0,
+            neox: u32::from(cfg.neox),
+            groups_x: groups.0,
+            pad0: 0,
+        };
+        let bufs = [(0, x), (1, &freqs)];
+        self.prepare(
+            ctx,
+            KernelKey::Rope,
+            bytemuck::bytes_of(&params),
+            &bufs,
+            2,
+            groups,
+        )
+    }
+
+    fn elementwise(
+        &self,
+        ctx: &GpuContext,
+        key: KernelKey,
+        a: &wgpu::Buffer,
+        b: &wgpu::Buffer,
+        n: usize,
+    ) -> Result<Dispatch> {
+        check_len(&key.label(), a, n as u64)?;
+        check_len(&key.label(), b, n as u64)?;
+        let n = to_u32(n, "n")?;
+        let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+        let params = ElementwiseParams {
+            n,
+            groups_x: groups.0,
+            pad0: 0,
+            pad1: 0,
+        };
+        let bufs = [(0, a), (1, b)];
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 2, groups)
+    }
+
+    /// Prepares `gate = silu(gate) * up` in place; both `[n]` f32.
+    pub fn swiglu(
+        &self,
+        ctx: &GpuContext,
+        gate: &wgpu::Buffer,
+        up: &wgpu::Buffer,
+        n: usize,
+    ) -> Result<Dispatch> {
+        self.elementwise(ctx, KernelKey::Swiglu, gate, up, n)
+    }
+
+    /// Prepares `x += y` in place; both `[n]` f32.
+    pub fn add(
+        &self,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        y: &wgpu::Buffer,
+        n: usize,
+    ) -> Result<Dispatch> {
+        self.elementwise(ctx, KernelKey::Add, x, y, n)
+    }
+
+    fn rows(
+        &self,
+        ctx: &GpuContext,
+        key: KernelKey,
+        bufs: &[(u32, &wgpu::Buffer)],
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Dispatch> {
+        let groups = grid(to_u32(n_rows, "n_rows")?, self.max_groups_per_dim)?;
+        let params = RowParams {
+            n: to_u32(n, "n")?,
+            n_rows: to_u32(n_rows, "n_rows")?,
+            groups_x: groups.0,
+            pad0: 0,
+        };
+        let uniform = bufs.len() as u32;
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), bufs, uniform, groups)
+    }
+
+    /// Prepares softmax in place over each row of `x`: `[n_rows, n]` f32.
+    pub fn softmax(
+        &self,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Dispatch> {
+        check_len("softmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
+        let key = KernelKey::Softmax {
+            subgroup: self.subgroup,
+        };
+        self.rows(ctx, key, &[(0, x)], n, n_rows)
+    }
+
+    /// Prepares the argmax of each row of `x` (`[n_rows, n]` f32) into `out` (`[n_rows]`
+    /// u32): ties go to the lowest index, NaN entries are skipped.
+    pub fn argmax(
+        &self,
+        ctx: &GpuContext,
+        x: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Dispatch> {
+        check_len("argmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
+        check_len("argmax out", out, n_rows as u64)?;
+        self.rows(ctx, KernelKey::Argmax, &[(0, x), (1, out)], n, n_rows)
+    }
+
+    /// Prepares the embedding lookup `out[t] = table[ids[t]]` as f32: `ids` holds `[n_tokens]`
+    /// u32, `out` `[n_tokens, table.cols]` f32. An id past the table gives a row of zeros.
+    pub fn embedding(
+        &self,
+        ctx: &GpuContext,
+        table: &GpuMatrix,
+        ids: &wgpu::Buffer,
+        out: &wgpu::Buffer,
+        n_tokens: usize,
+    ) -> Result<Dispatch> {
+        check_len("embedding ids", ids, n_tokens as u64)?;
+        check_len(
+            "embedding out",
+            out,
+            (n_tokens as u64).saturating_mul(table.cols as u64),
+        )?;
+        let groups = grid(to_u32(n_tokens, "n_tokens")?, self.max_groups_per_dim)?;
+        let params = EmbeddingParams {
+            rows: to_u32(table.rows, "rows")?,
+            cols: to_u32(table.cols, "cols")?,
+            n_tokens: to_u32(n_tokens, "n_tokens")?,
+            groups_x: groups.0,
+        };
+        let mut bufs = vec![(0, &table.quants)];
+        if let Some(s) = &table.scales {
+            bufs.push((1, s));
+        }
+        bufs.push((2, ids));
+        bufs.push((3, out));
+        let key = KernelKey::Embedding { ty: table.ty };
+        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 4, groups)
+    }
+}
