@@ -4,29 +4,11 @@
 //! Needs a GPU adapter (lavapipe is enough: `mesa-vulkan-drivers`; `WGPU_BACKEND=gl` tests the
 //! portable GL path). With no adapter these tests FAIL: a GPU test must never pass silently.
 
+mod gpu_support;
+
+use gpu_support::{context, Rng, U};
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::{repack, DeviceSelector, GpuContext, WeightFormat};
-
-fn context() -> GpuContext {
-    match GpuContext::new(&DeviceSelector::Auto) {
-        Ok(c) => {
-            eprintln!(
-                "adapter: {} ({}, {}), subgroup: {}, f16: {}",
-                c.info.name,
-                c.info.backend,
-                c.info.driver_info,
-                c.has_subgroups(),
-                c.has_f16()
-            );
-            c
-        }
-        Err(e) => panic!(
-            "no usable GPU adapter ({e}); install Mesa lavapipe (apt-get install \
-             mesa-vulkan-drivers libvulkan1) or set WGPU_BACKEND. MEMWALL_REQUIRE_GPU={:?}",
-            std::env::var("MEMWALL_REQUIRE_GPU").ok()
-        ),
-    }
-}
 
 /// The reductions this adapter can run: always workgroup memory, plus subgroups if present.
 fn kernel_sets(ctx: &GpuContext) -> Vec<Kernels> {
@@ -45,31 +27,9 @@ fn small_grid(ctx: &GpuContext, max: u32) -> Vec<Kernels> {
     vec![k]
 }
 
-/// xorshift64*, seeded: reproducible inputs without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Roughly normal values; every 97th is a 50x outlier (activation outliers are real).
-    fn values(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let v = (self.uniform() + self.uniform() + self.uniform() - 1.5) * 2.0;
-                (if i % 97 == 13 { v * 50.0 } else { v }) as f32
-            })
-            .collect()
-    }
-}
-
-const U: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
-
 fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize, cols: usize) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 31 + cols) as u64);
-    let w_f = rng.values(rows * cols);
+    let w_f = rng.values(rows * cols, 2.0);
     let data = kernels_ref::quantize(ty.ggml(), &w_f).unwrap();
     check_matvec_data(ctx, ks, ty, &data, rows, cols);
 }
@@ -91,7 +51,7 @@ fn check_matvec_data(
     };
     let g = ty.ggml();
     let mut rng = Rng(0x1234_5678 ^ (rows * 131 + cols) as u64);
-    let x = rng.values(cols);
+    let x = rng.values(cols, 2.0);
     // Oracle: kernels-ref dequantizes each row to f32 and accumulates in f64.
     let mut want = vec![0f32; rows];
     kernels_ref::matvec(g, data, rows, cols, &x, &mut want).unwrap();
@@ -220,8 +180,8 @@ fn rms_norm_matches_kernels_ref() {
             small_grid(&ctx, max_groups)
         };
         let mut rng = Rng(0x5eed ^ (n_rows * 7919 + n) as u64);
-        let x = rng.values(n_rows * n);
-        let weight = rng.values(n);
+        let x = rng.values(n_rows * n, 2.0);
+        let weight = rng.values(n, 2.0);
         let mut want = vec![0f32; n_rows * n];
         kernels_ref::rms_norm(&x, &weight, eps, &mut want);
         let xb = kernels::upload_f32(&ctx, "x", &x).unwrap();

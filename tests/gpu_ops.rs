@@ -5,24 +5,12 @@
 //! Needs a GPU adapter (lavapipe; `WGPU_BACKEND=gl` for the GL path). With no adapter these
 //! tests FAIL: a GPU test must never pass silently.
 
+mod gpu_support;
+
+use gpu_support::{context, Rng, U};
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::ops::RopeConfig;
-use memwall::gpu::{repack, DeviceSelector, GpuContext, WeightFormat};
-
-fn context() -> GpuContext {
-    match GpuContext::new(&DeviceSelector::Auto) {
-        Ok(c) => {
-            eprintln!(
-                "adapter: {} ({}), subgroup: {}",
-                c.info.name,
-                c.info.backend,
-                c.has_subgroups()
-            );
-            c
-        }
-        Err(e) => panic!("no usable GPU adapter ({e}); install Mesa lavapipe or set WGPU_BACKEND"),
-    }
-}
+use memwall::gpu::{repack, GpuContext, WeightFormat};
 
 /// Workgroup-memory kernels, the subgroup ones where available, and the portable ones on a
 /// grid of at most `small` x `small` workgroups (so the 2-D dispatch and the skipping of
@@ -44,28 +32,6 @@ fn label(k: &Kernels) -> String {
         k.subgroup, k.max_groups_per_dim
     )
 }
-
-/// xorshift64*, seeded: reproducible inputs without a dependency.
-struct Rng(u64);
-impl Rng {
-    fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-    /// Roughly normal values scaled by `scale`; every 97th is a 50x outlier.
-    fn values(&mut self, n: usize, scale: f64) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let v = (self.uniform() + self.uniform() + self.uniform() - 1.5) * scale;
-                (if i % 97 == 13 { v * 50.0 } else { v }) as f32
-            })
-            .collect()
-    }
-}
-
-const U: f64 = 1.0 / (1u64 << 24) as f64; // f32 unit roundoff
 
 /// Runs one dispatch on `input` (uploaded with 3 NaN guards appended) and returns the first
 /// `n` results, failing if a guard was overwritten.
