@@ -51,6 +51,40 @@ impl Dispatch {
     }
 }
 
+/// One kernel launch described without creating anything: which pipeline, its uniform
+/// parameters, the storage buffers by binding and the workgroup counts. Tests turn it into a
+/// [`Dispatch`] with [`Kernels::prepare`]; the GPU backend records it into its uniform ring and
+/// cached bind groups, so the same planning code (shapes, checks, grids) serves both.
+pub struct Launch<'a> {
+    pub key: KernelKey,
+    /// The `#[repr(C)]` params struct's bytes (the kernel's one `var<uniform>`).
+    pub params: Vec<u8>,
+    /// (binding, buffer) for every storage binding.
+    pub buffers: Vec<(u32, &'a wgpu::Buffer)>,
+    /// Binding number of the uniform params.
+    pub uniform_binding: u32,
+    /// Workgroups along x and y.
+    pub groups: (u32, u32),
+}
+
+impl<'a> Launch<'a> {
+    pub fn new<P: bytemuck::Pod>(
+        key: KernelKey,
+        params: &P,
+        buffers: &[(u32, &'a wgpu::Buffer)],
+        uniform_binding: u32,
+        groups: (u32, u32),
+    ) -> Launch<'a> {
+        Launch {
+            key,
+            params: bytemuck::bytes_of(params).to_vec(),
+            buffers: buffers.to_vec(),
+            uniform_binding,
+            groups,
+        }
+    }
+}
+
 /// A weight matrix resident on the GPU, in [`PackedMatrix`]'s layout.
 pub struct GpuMatrix {
     pub ty: WeightFormat,
@@ -283,15 +317,17 @@ impl Kernels {
             .ok_or_else(|| Error::Gpu(format!("kernel {} not compiled", key.label())))
     }
 
-    pub(crate) fn prepare(
-        &self,
-        ctx: &GpuContext,
-        key: KernelKey,
-        params: &[u8],
-        buffers: &[(u32, &wgpu::Buffer)],
-        uniform_binding: u32,
-        groups: (u32, u32),
-    ) -> Result<Dispatch> {
+    /// Creates the bind group and params buffer of `launch` (test and one-off use; the
+    /// backend's token loop never calls this).
+    pub fn prepare(&self, ctx: &GpuContext, launch: Launch<'_>) -> Result<Dispatch> {
+        let Launch {
+            key,
+            params,
+            buffers,
+            uniform_binding,
+            groups,
+        } = launch;
+        let params = &params[..];
         let pipeline = self.pipeline(key)?.clone();
         let label = key.label();
         ctx.scoped(&format!("prepare {label}"), || {
@@ -335,6 +371,16 @@ impl Kernels {
         x: &wgpu::Buffer,
         y: &wgpu::Buffer,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.matvec_launch(w, x, y)?)
+    }
+
+    /// The launch of [`Kernels::matvec`].
+    pub fn matvec_launch<'a>(
+        &self,
+        w: &'a GpuMatrix,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+    ) -> Result<Launch<'a>> {
         if x.size() < (w.cols as u64) * 4 || y.size() < (w.rows as u64) * 4 {
             return Err(Error::Gpu(format!(
                 "matvec [{}, {}]: x is {} bytes, y {} bytes",
@@ -366,7 +412,7 @@ impl Kernels {
         }
         bufs.push((2, x));
         bufs.push((3, y));
-        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 4, groups)
+        Ok(Launch::new(key, &params, &bufs, 4, groups))
     }
 
     /// Prepares RMS normalization of `n_rows` rows of `n` f32: `x` and `out` hold
@@ -382,6 +428,19 @@ impl Kernels {
         n_rows: usize,
         eps: f32,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.rms_norm_launch(x, weight, out, n, n_rows, eps)?)
+    }
+
+    /// The launch of [`Kernels::rms_norm`].
+    pub fn rms_norm_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        weight: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+        eps: f32,
+    ) -> Result<Launch<'a>> {
         let need = (n as u64) * (n_rows as u64) * 4;
         if x.size() < need || out.size() < need || weight.size() < (n as u64) * 4 {
             return Err(Error::Gpu(format!(
@@ -399,7 +458,7 @@ impl Kernels {
             subgroup: self.subgroup,
         };
         let bufs = [(0, x), (1, weight), (2, out)];
-        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 3, groups)
+        Ok(Launch::new(key, &params, &bufs, 3, groups))
     }
 }
 

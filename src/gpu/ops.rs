@@ -4,7 +4,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels};
+use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
@@ -30,6 +30,17 @@ fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
     Ok(())
 }
 
+/// RoPE's per-pair frequencies `[n_rot / 2]`, computed in f64 so the shader's angle error is
+/// only that of `pos * freq` in f32.
+pub fn rope_freqs(cfg: &RopeConfig) -> Vec<f32> {
+    (0..cfg.n_rot / 2)
+        .map(|i| {
+            let e = -2.0 * i as f64 / cfg.n_rot as f64;
+            (f64::from(cfg.freq_scale) * f64::from(cfg.freq_base).powf(e)) as f32
+        })
+        .collect()
+}
+
 impl Kernels {
     /// Prepares RoPE in place on `x`: `[n_tokens, n_heads, head_dim]` f32, token `t` at
     /// position `pos0 + t`. The per-pair frequencies are computed here in f64 and uploaded
@@ -42,6 +53,20 @@ impl Kernels {
         n_tokens: usize,
         pos0: usize,
     ) -> Result<Dispatch> {
+        let freqs = upload_f32(ctx, "rope.freqs", &rope_freqs(cfg))?;
+        self.prepare(ctx, self.rope_launch(x, &freqs, cfg, n_tokens, pos0)?)
+    }
+
+    /// The launch of [`Kernels::rope`] with the frequencies (`[n_rot / 2]`, from
+    /// [`rope_freqs`]) already on the GPU.
+    pub fn rope_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        freqs: &'a wgpu::Buffer,
+        cfg: &RopeConfig,
+        n_tokens: usize,
+        pos0: usize,
+    ) -> Result<Launch<'a>> {
         if cfg.n_rot > cfg.head_dim || !cfg.n_rot.is_multiple_of(2) {
             return Err(Error::Gpu(format!(
                 "rope: n_rot {} must be even and at most head_dim {}",
@@ -56,14 +81,7 @@ impl Kernels {
         let pos0 = to_u32(pos0, "pos0")?;
         // The last position must fit too (the shader adds the token index to pos0).
         to_u32(pos0 as usize + n_tokens, "last position")?;
-        // [n_rot / 2]
-        let freqs: Vec<f32> = (0..half)
-            .map(|i| {
-                let e = -2.0 * i as f64 / cfg.n_rot as f64;
-                (f64::from(cfg.freq_scale) * f64::from(cfg.freq_base).powf(e)) as f32
-            })
-            .collect();
-        let freqs = upload_f32(ctx, "rope.freqs", &freqs)?;
+        check_len("rope freqs", freqs, half as u64)?;
         let pairs = to_u32(n_tokens, "n_tokens")?
             .checked_mul(to_u32(cfg.n_heads, "n_heads")?)
             .and_then(|v| v.checked_mul(half as u32))
@@ -79,25 +97,18 @@ impl Kernels {
             groups_x: groups.0,
             pad0: 0,
         };
-        let bufs = [(0, x), (1, &freqs)];
-        self.prepare(
-            ctx,
-            KernelKey::Rope,
-            bytemuck::bytes_of(&params),
-            &bufs,
-            2,
-            groups,
-        )
+        let bufs = [(0, x), (1, freqs)];
+        Ok(Launch::new(KernelKey::Rope, &params, &bufs, 2, groups))
     }
 
-    fn elementwise(
+    /// The launch of an element-wise kernel (`Swiglu`, `Add`) over `a` and `b`, both `[n]`.
+    pub fn elementwise_launch<'a>(
         &self,
-        ctx: &GpuContext,
         key: KernelKey,
-        a: &wgpu::Buffer,
-        b: &wgpu::Buffer,
+        a: &'a wgpu::Buffer,
+        b: &'a wgpu::Buffer,
         n: usize,
-    ) -> Result<Dispatch> {
+    ) -> Result<Launch<'a>> {
         check_len(&key.label(), a, n as u64)?;
         check_len(&key.label(), b, n as u64)?;
         let n = to_u32(n, "n")?;
@@ -109,7 +120,7 @@ impl Kernels {
             pad1: 0,
         };
         let bufs = [(0, a), (1, b)];
-        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 2, groups)
+        Ok(Launch::new(key, &params, &bufs, 2, groups))
     }
 
     /// Prepares `gate = silu(gate) * up` in place; both `[n]` f32.
@@ -120,7 +131,10 @@ impl Kernels {
         up: &wgpu::Buffer,
         n: usize,
     ) -> Result<Dispatch> {
-        self.elementwise(ctx, KernelKey::Swiglu, gate, up, n)
+        self.prepare(
+            ctx,
+            self.elementwise_launch(KernelKey::Swiglu, gate, up, n)?,
+        )
     }
 
     /// Prepares `x += y` in place; both `[n]` f32.
@@ -131,17 +145,16 @@ impl Kernels {
         y: &wgpu::Buffer,
         n: usize,
     ) -> Result<Dispatch> {
-        self.elementwise(ctx, KernelKey::Add, x, y, n)
+        self.prepare(ctx, self.elementwise_launch(KernelKey::Add, x, y, n)?)
     }
 
-    fn rows(
+    fn rows_launch<'a>(
         &self,
-        ctx: &GpuContext,
         key: KernelKey,
-        bufs: &[(u32, &wgpu::Buffer)],
+        bufs: &[(u32, &'a wgpu::Buffer)],
         n: usize,
         n_rows: usize,
-    ) -> Result<Dispatch> {
+    ) -> Result<Launch<'a>> {
         let groups = grid(to_u32(n_rows, "n_rows")?, self.max_groups_per_dim)?;
         let params = RowParams {
             n: to_u32(n, "n")?,
@@ -150,7 +163,7 @@ impl Kernels {
             pad0: 0,
         };
         let uniform = bufs.len() as u32;
-        self.prepare(ctx, key, bytemuck::bytes_of(&params), bufs, uniform, groups)
+        Ok(Launch::new(key, &params, bufs, uniform, groups))
     }
 
     /// Prepares softmax in place over each row of `x`: `[n_rows, n]` f32.
@@ -165,7 +178,7 @@ impl Kernels {
         let key = KernelKey::Softmax {
             subgroup: self.subgroup,
         };
-        self.rows(ctx, key, &[(0, x)], n, n_rows)
+        self.prepare(ctx, self.rows_launch(key, &[(0, x)], n, n_rows)?)
     }
 
     /// Prepares the argmax of each row of `x` (`[n_rows, n]` f32) into `out` (`[n_rows]`
@@ -178,9 +191,20 @@ impl Kernels {
         n: usize,
         n_rows: usize,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.argmax_launch(x, out, n, n_rows)?)
+    }
+
+    /// The launch of [`Kernels::argmax`].
+    pub fn argmax_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Launch<'a>> {
         check_len("argmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
         check_len("argmax out", out, n_rows as u64)?;
-        self.rows(ctx, KernelKey::Argmax, &[(0, x), (1, out)], n, n_rows)
+        self.rows_launch(KernelKey::Argmax, &[(0, x), (1, out)], n, n_rows)
     }
 
     /// Prepares the embedding lookup `out[t] = table[ids[t]]` as f32: `ids` holds `[n_tokens]`
@@ -193,6 +217,17 @@ impl Kernels {
         out: &wgpu::Buffer,
         n_tokens: usize,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.embedding_launch(table, ids, out, n_tokens)?)
+    }
+
+    /// The launch of [`Kernels::embedding`].
+    pub fn embedding_launch<'a>(
+        &self,
+        table: &'a GpuMatrix,
+        ids: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        n_tokens: usize,
+    ) -> Result<Launch<'a>> {
         check_len("embedding ids", ids, n_tokens as u64)?;
         check_len(
             "embedding out",
@@ -213,6 +248,6 @@ impl Kernels {
         bufs.push((2, ids));
         bufs.push((3, out));
         let key = KernelKey::Embedding { ty: table.ty };
-        self.prepare(ctx, key, bytemuck::bytes_of(&params), &bufs, 4, groups)
+        Ok(Launch::new(key, &params, &bufs, 4, groups))
     }
 }
