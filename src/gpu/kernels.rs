@@ -21,9 +21,22 @@ pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
 /// Matrix rows per matvec workgroup (`override ROWS`).
 pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 2;
 
+/// A compiled kernel: its pipeline and the explicit layout of its bind group 0.
+#[derive(Clone)]
+pub struct Pipeline {
+    pub pipeline: wgpu::ComputePipeline,
+    /// Reflected from the WGSL: storage bindings as declared, the one uniform binding with a
+    /// dynamic offset (the backend packs many launches' params into one uniform ring).
+    pub layout: wgpu::BindGroupLayout,
+}
+
+/// Bytes reserved per launch in a params buffer: every params struct fits, and 256 is a
+/// multiple of any adapter's `min_uniform_buffer_offset_alignment` (WebGPU caps it at 256).
+pub const PARAMS_SLOT: u64 = 256;
+
 /// Compiled pipelines for every kernel the context can run.
 pub struct Kernels {
-    pipelines: HashMap<KernelKey, wgpu::ComputePipeline>,
+    pipelines: HashMap<KernelKey, Pipeline>,
     /// Whether the `subgroupAdd` variants are used.
     pub subgroup: bool,
     /// Workgroup size (a power of two).
@@ -46,7 +59,7 @@ pub struct Dispatch {
 impl Dispatch {
     pub fn encode(&self, pass: &mut wgpu::ComputePass<'_>) {
         pass.set_pipeline(&self.pipeline);
-        pass.set_bind_group(0, &self.bind_group, &[]);
+        pass.set_bind_group(0, &self.bind_group, &[0]);
         pass.dispatch_workgroups(self.groups.0, self.groups.1, 1);
     }
 }
@@ -233,6 +246,54 @@ pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f3
     Ok(out)
 }
 
+/// The bind group 0 layout of a composed kernel, reflected from its WGSL with naga: each
+/// `var<storage>` as read-only or read-write as declared, the one `var<uniform>` with a dynamic
+/// offset. Anything else (another group, a texture, a second uniform) is a registry bug,
+/// reported as an error naming the kernel.
+pub fn reflect_bindings(label: &str, src: &str) -> Result<Vec<wgpu::BindGroupLayoutEntry>> {
+    let module = naga::front::wgsl::parse_str(src)
+        .map_err(|e| Error::Gpu(format!("kernel {label}: {}", e.emit_to_string(src))))?;
+    let mut entries = Vec::new();
+    let mut uniforms = 0;
+    for (_, var) in module.global_variables.iter() {
+        let Some(rb) = &var.binding else { continue };
+        let bad = |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
+        if rb.group != 0 {
+            return Err(bad("only bind group 0 is used"));
+        }
+        let (ty, dynamic) = match var.space {
+            naga::AddressSpace::Uniform => {
+                uniforms += 1;
+                (wgpu::BufferBindingType::Uniform, true)
+            }
+            naga::AddressSpace::Storage { access } => (
+                wgpu::BufferBindingType::Storage {
+                    read_only: !access.contains(naga::StorageAccess::STORE),
+                },
+                false,
+            ),
+            _ => return Err(bad("not a buffer")),
+        };
+        entries.push(wgpu::BindGroupLayoutEntry {
+            binding: rb.binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer {
+                ty,
+                has_dynamic_offset: dynamic,
+                min_binding_size: None,
+            },
+            count: None,
+        });
+    }
+    if uniforms != 1 {
+        return Err(Error::Gpu(format!(
+            "kernel {label}: {uniforms} uniform bindings (the convention is exactly one)"
+        )));
+    }
+    entries.sort_by_key(|e| e.binding);
+    Ok(entries)
+}
+
 /// Workgroup counts (x, y) covering `total` workgroups with at most `max` per dimension; the
 /// shaders skip the up to x - 1 surplus workgroups of the last line.
 pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
@@ -279,18 +340,33 @@ impl Kernels {
             if matches!(key, KernelKey::Matvec { .. }) {
                 constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
             }
+            let src = key.source();
+            let entries = reflect_bindings(&label, &src)?;
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
+                let layout = ctx
+                    .device
+                    .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some(&label),
+                        entries: &entries,
+                    });
+                let pipeline_layout =
+                    ctx.device
+                        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+                            label: Some(&label),
+                            bind_group_layouts: &[Some(&layout)],
+                            immediate_size: 0,
+                        });
                 let module = ctx
                     .device
                     .create_shader_module(wgpu::ShaderModuleDescriptor {
                         label: Some(&label),
-                        source: wgpu::ShaderSource::Wgsl(Cow::Owned(key.source())),
+                        source: wgpu::ShaderSource::Wgsl(Cow::Owned(src.clone())),
                     });
-                Ok(ctx
+                let pipeline = ctx
                     .device
                     .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                         label: Some(&label),
-                        layout: None,
+                        layout: Some(&pipeline_layout),
                         module: &module,
                         entry_point: Some("main"),
                         compilation_options: wgpu::PipelineCompilationOptions {
@@ -299,7 +375,8 @@ impl Kernels {
                             zero_initialize_workgroup_memory: false,
                         },
                         cache: None,
-                    }))
+                    });
+                Ok(Pipeline { pipeline, layout })
             })?;
             pipelines.insert(key, pipeline);
         }
@@ -311,7 +388,8 @@ impl Kernels {
         })
     }
 
-    fn pipeline(&self, key: KernelKey) -> Result<&wgpu::ComputePipeline> {
+    /// The compiled kernel for `key` (an error if this context did not compile it).
+    pub fn pipeline(&self, key: KernelKey) -> Result<&Pipeline> {
         self.pipelines
             .get(&key)
             .ok_or_else(|| Error::Gpu(format!("kernel {} not compiled", key.label())))
@@ -328,7 +406,7 @@ impl Kernels {
             groups,
         } = launch;
         let params = &params[..];
-        let pipeline = self.pipeline(key)?.clone();
+        let Pipeline { pipeline, layout } = self.pipeline(key)?.clone();
         let label = key.label();
         ctx.scoped(&format!("prepare {label}"), || {
             let params_buf = ctx
@@ -351,7 +429,7 @@ impl Kernels {
             });
             let bind_group = ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                 label: Some(&label),
-                layout: &pipeline.get_bind_group_layout(0),
+                layout: &layout,
                 entries: &entries,
             });
             Ok(Dispatch {
