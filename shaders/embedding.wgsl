@@ -4,13 +4,22 @@
 // invocations striding over the row's blocks; 2-D dispatch as in matvec.wgsl.
 // An id past the table's end gives a row of zeros (the host cannot check ids that a previous
 // kernel, e.g. argmax, wrote on the GPU; a shader must not read out of bounds).
+// A table split by rows across bindings runs once per part: a part writes only the tokens
+// whose id falls in its rows, and the part at row0 = 0 also writes the zero rows.
 
 struct EmbeddingParams {
+    // rows of this part
     rows: u32,
     cols: u32,
     n_tokens: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
+    // first table row of this part
+    row0: u32,
+    // rows of the whole table
+    total_rows: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 // [n_tokens]
@@ -28,7 +37,16 @@ fn main(
     if (t >= P.n_tokens) {
         return;
     }
-    let row = ids[t];
+    let id = ids[t];
+    let zero = id >= P.total_rows;
+    if (zero && P.row0 != 0u) {
+        return;
+    }
+    if (!zero && (id < P.row0 || id - P.row0 >= P.rows)) {
+        return;
+    }
+    // Any value >= P.rows marks a zero row below.
+    let row = select(id - P.row0, P.rows, zero);
     let base = t * P.cols;
     let n_blocks = (P.cols + QK - 1u) / QK;
     for (var b = lid; b < n_blocks; b += WG) {

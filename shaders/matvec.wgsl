@@ -1,9 +1,11 @@
 // Decode matvec y = W x (twin of kernels-ref's ops::matvec).
 // Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum) and a quant/*.wgsl fragment
 // (bindings 0..1 for W, const QK, fn dq_block): see src/gpu/shaders.rs.
-// One workgroup computes ROWS consecutive rows; its WG invocations stride over a row's blocks
-// and the partial dot products are summed with wg_sum. Dispatch is 2-D when the number of
-// workgroups exceeds the per-dimension limit: group = wid.x + wid.y * groups_x.
+// One workgroup computes ROWS consecutive rows for one token; its WG invocations stride over a
+// row's blocks and the partial dot products are summed with wg_sum. Dispatch is 2-D when the
+// number of workgroups exceeds the per-dimension limit: group = wid.x + wid.y * groups_x, and
+// group = t * row_groups + row group. Several tokens make a batched matvec (small batches, where
+// re-reading the weights per token is cheaper than a tiled matmul's staging).
 
 struct MatvecParams {
     rows: u32,
@@ -12,39 +14,47 @@ struct MatvecParams {
     blocks_per_row: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
+    n_tokens: u32,
+    // row length of y (>= row_offset + rows)
+    y_stride: u32,
+    // first row of y this matrix writes (a matrix split by rows across bindings)
+    row_offset: u32,
+    // ceil(rows / ROWS)
+    row_groups: u32,
 }
 
-// [cols]
+// [n_tokens, cols]
 @group(0) @binding(2) var<storage, read> x: array<f32>;
-// [rows]
+// [n_tokens, y_stride]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> P: MatvecParams;
 
 // Rows per workgroup.
 override ROWS: u32 = 2u;
 
-// x[c..c + 4], with columns >= cols read as 0 (a partial last block of an F16/F32 row).
-fn load_x4(c: u32) -> vec4<f32> {
+// x[xo + c..xo + c + 4], with columns >= cols read as 0 (a partial last block of an F16/F32
+// row).
+fn load_x4(xo: u32, c: u32) -> vec4<f32> {
     if (c + 3u < P.cols) {
-        return vec4<f32>(x[c], x[c + 1u], x[c + 2u], x[c + 3u]);
+        return vec4<f32>(x[xo + c], x[xo + c + 1u], x[xo + c + 2u], x[xo + c + 3u]);
     }
     var v = vec4<f32>(0.0);
     for (var j = 0u; j < 4u; j++) {
         if (c + j < P.cols) {
-            v[j] = x[c + j];
+            v[j] = x[xo + c + j];
         }
     }
     return v;
 }
 
-// This invocation's share of row `row`'s dot product.
-fn row_partial(row: u32, lid: u32) -> f32 {
+// This invocation's share of row `row`'s dot product with token row x[xo..xo + cols].
+fn row_partial(row: u32, xo: u32, lid: u32) -> f32 {
     var acc = 0.0;
     for (var b = lid; b < P.blocks_per_row; b += WG) {
         var w = dq_block(row, b, P.cols);
         let c0 = b * QK;
         for (var k = 0u; k < 8u; k++) {
-            acc += dot(w[k], load_x4(c0 + 4u * k));
+            acc += dot(w[k], load_x4(xo, c0 + 4u * k));
         }
     }
     return acc;
@@ -55,17 +65,25 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let row0 = (wid.x + wid.y * P.groups_x) * ROWS;
+    let group = wid.x + wid.y * P.groups_x;
+    let t = group / P.row_groups;
+    // Surplus workgroups of a 2-D dispatch: the whole workgroup leaves together.
+    if (t >= P.n_tokens) {
+        return;
+    }
+    let row0 = (group % P.row_groups) * ROWS;
+    let xo = t * P.cols;
+    let yo = t * P.y_stride + P.row_offset;
     for (var r = 0u; r < ROWS; r++) {
         // `row` is uniform over the workgroup, so every invocation reaches wg_sum.
         let row = row0 + r;
         var acc = 0.0;
         if (row < P.rows) {
-            acc = row_partial(row, lid);
+            acc = row_partial(row, xo, lid);
         }
         let total = wg_sum(acc, lid);
         if (lid == 0u && row < P.rows) {
-            y[row] = total;
+            y[yo + row] = total;
         }
     }
 }

@@ -133,6 +133,16 @@ pub trait Backend {
         width: usize,
         out: &mut Self::Act,
     ) -> Result<()>;
+    /// The index of the largest value in each of `n_rows` rows of x: `[n_rows, width]` (ties
+    /// to the lowest index, NaN skipped): greedy sampling. The default reads the rows back; a
+    /// GPU backend reduces on the device and reads back only the ids.
+    fn argmax(&mut self, x: &Self::Act, n_rows: usize, width: usize) -> Result<Vec<u32>> {
+        let mut v = vec![0f32; n_rows * width];
+        self.read(x, &mut v)?;
+        Ok(v.chunks(width.max(1))
+            .map(|row| crate::sampler::argmax(row) as u32)
+            .collect())
+    }
     /// Waits for queued work (GPU); a no-op on the CPU.
     fn sync(&mut self) -> Result<()> {
         Ok(())

@@ -56,7 +56,7 @@ fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
 
 impl CpuBackend {
     /// Every weight the forward pass uses, with the shape ([ne0, ne1]) it must have.
-    fn expected(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
+    pub(crate) fn expected(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
         use WeightId::*;
         let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
         let mut v = vec![(TokEmbd, vec![e, cfg.n_vocab]), (OutputNorm, vec![e])];

@@ -4,19 +4,51 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::Backend;
 use crate::config::Config;
 use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use crate::gpu::{DeviceSelector, GpuAct, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
 use crate::model::{self, Logits, Scratch};
 use crate::sampler::{top_probs, Sampler};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
+
+/// Where the model runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum DeviceChoice {
+    /// The CPU path.
+    Cpu,
+    /// A GPU adapter (any, including software rasterizers such as lavapipe); failing to open
+    /// it is an error.
+    Gpu(DeviceSelector),
+    /// A hardware GPU if there is one that works, else the CPU (with a note saying why).
+    /// Software adapters (lavapipe, llvmpipe) are slower than the CPU path, so `auto` skips
+    /// them.
+    #[default]
+    Auto,
+}
+
+impl DeviceChoice {
+    /// Parses `cpu|gpu|auto|<adapter index>|<adapter name substring>`.
+    pub fn parse(s: &str) -> Result<DeviceChoice> {
+        match s.trim().to_lowercase().as_str() {
+            "cpu" => Ok(DeviceChoice::Cpu),
+            "auto" => Ok(DeviceChoice::Auto),
+            _ => Ok(DeviceChoice::Gpu(DeviceSelector::parse(s)?)),
+        }
+    }
+}
 
 /// How to load a model.
 #[derive(Debug, Clone, Default)]
 pub struct LoadOptions {
     /// Worker threads for the CPU backend; `None` uses every core.
     pub threads: Option<usize>,
+    /// Where to run the model.
+    pub device: DeviceChoice,
+    /// GPU upload options (tests force tensor splitting with them).
+    pub gpu: GpuLoadOptions,
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -27,6 +59,10 @@ pub struct Model {
     chat_template: Option<String>,
     pool: Arc<rayon::ThreadPool>,
     load_time: Duration,
+    /// The weights on the GPU when the model runs there.
+    gpu: Option<Arc<GpuModel>>,
+    /// Why `auto` chose what it chose (one line for the user), if it fell back.
+    device_note: Option<String>,
 }
 
 impl std::fmt::Debug for Model {
@@ -70,6 +106,7 @@ impl Model {
         // Check every weight the forward pass will touch now, so a bad file fails at load and
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
+        let (gpu, device_note) = open_gpu(&gguf, &config, opts)?;
         Ok(Model {
             gguf,
             config,
@@ -77,7 +114,27 @@ impl Model {
             chat_template,
             pool: Arc::new(pool),
             load_time: t0.elapsed(),
+            gpu,
+            device_note,
         })
+    }
+
+    /// The device the model runs on, e.g. `cpu` or `gpu:NVIDIA ... (Vulkan)`.
+    pub fn device_name(&self) -> String {
+        match &self.gpu {
+            Some(g) => format!("gpu:{} ({})", g.ctx.info.name, g.ctx.info.backend),
+            None => "cpu".into(),
+        }
+    }
+
+    /// Why `--device auto` fell back to the CPU, if it did.
+    pub fn device_note(&self) -> Option<&str> {
+        self.device_note.as_deref()
+    }
+
+    /// The GPU copy of the weights, when the model runs on a GPU.
+    pub fn gpu(&self) -> Option<&Arc<GpuModel>> {
+        self.gpu.as_ref()
     }
 
     pub fn config(&self) -> &Config {
@@ -125,6 +182,55 @@ impl Model {
     /// capped at 4096 as llama.cpp does by default).
     pub fn session(self: &Arc<Self>, n_ctx: usize) -> Result<Session> {
         Session::new(self.clone(), n_ctx)
+    }
+}
+
+/// Opens the GPU the options ask for and uploads the weights; `auto` falls back to the CPU
+/// with a note, an explicit GPU choice fails with the reason.
+fn open_gpu(
+    gguf: &Gguf,
+    cfg: &Config,
+    opts: &LoadOptions,
+) -> Result<(Option<Arc<GpuModel>>, Option<String>)> {
+    let load = |sel: &DeviceSelector| -> Result<Arc<GpuModel>> {
+        let ctx = GpuContext::new(sel)?;
+        Ok(Arc::new(GpuModel::load(ctx, gguf, cfg, &opts.gpu)?))
+    };
+    match &opts.device {
+        DeviceChoice::Cpu => Ok((None, None)),
+        DeviceChoice::Gpu(sel) => Ok((Some(load(sel)?), None)),
+        DeviceChoice::Auto => {
+            let rows = crate::gpu::list_adapters();
+            let hw = rows.iter().find(|r| {
+                matches!(
+                    r.device_type.as_str(),
+                    "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu"
+                )
+            });
+            let Some(hw) = hw else {
+                let found: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+                let note = if found.is_empty() {
+                    "device auto: no GPU adapter found; running on the CPU".to_string()
+                } else {
+                    format!(
+                        "device auto: no hardware GPU (only {}, slower than the CPU path); \
+                         running on the CPU",
+                        found.join(", ")
+                    )
+                };
+                return Ok((None, Some(note)));
+            };
+            match load(&DeviceSelector::Index(hw.index)) {
+                Ok(g) => Ok((Some(g), None)),
+                Err(e) => Ok((
+                    None,
+                    Some(format!(
+                        "device auto: {} failed ({e}); running on the CPU",
+                        hw.name
+                    )),
+                )),
+            }
+        }
     }
 }
 
@@ -190,11 +296,16 @@ pub struct Generation {
     pub timings: Timings,
 }
 
+/// The backend a session runs on, with its activation buffers.
+enum Exec {
+    Cpu(CpuBackend, Scratch<Vec<f32>>),
+    Gpu(GpuBackend, Scratch<GpuAct>),
+}
+
 /// A conversation's state: the KV cache and the tokens it holds.
 pub struct Session {
     model: Arc<Model>,
-    backend: CpuBackend,
-    scratch: Scratch<Vec<f32>>,
+    exec: Exec,
     tokens: Vec<u32>,
     n_ctx: usize,
 }
@@ -211,15 +322,73 @@ impl Session {
         } else {
             n_ctx
         };
-        let mut backend = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
-        let scratch = Scratch::new(&mut backend, cfg, PREFILL_BATCH)?;
+        let exec = match &model.gpu {
+            Some(g) => {
+                let mut b = GpuBackend::new(g.clone(), n_ctx, PREFILL_BATCH)?;
+                let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
+                Exec::Gpu(b, s)
+            }
+            None => {
+                let mut b = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
+                let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
+                Exec::Cpu(b, s)
+            }
+        };
         Ok(Session {
             model,
-            backend,
-            scratch,
+            exec,
             tokens: Vec::new(),
             n_ctx,
         })
+    }
+
+    /// The backend's name ("cpu", "gpu:...").
+    pub fn backend_name(&self) -> String {
+        match &self.exec {
+            Exec::Cpu(b, _) => b.name(),
+            Exec::Gpu(b, _) => b.name(),
+        }
+    }
+
+    /// The GPU backend, when the session runs on one (tests read its launch statistics).
+    pub fn gpu_backend(&self) -> Option<&GpuBackend> {
+        match &self.exec {
+            Exec::Gpu(b, _) => Some(b),
+            Exec::Cpu(..) => None,
+        }
+    }
+
+    fn check_ids(&self, ids: &[u32]) -> Result<()> {
+        let n_vocab = self.model.config.n_vocab;
+        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
+            return Err(Error::InvalidArgument(format!(
+                "token id {bad} is outside the vocabulary of {n_vocab}"
+            )));
+        }
+        if self.tokens.len() + ids.len() > self.n_ctx {
+            return Err(Error::ContextOverflow {
+                n_prompt: self.tokens.len() + ids.len(),
+                n_ctx: self.n_ctx,
+            });
+        }
+        Ok(())
+    }
+
+    /// Appends `ids` to the context and returns the most likely next token (greedy decoding
+    /// without reading the logits back from a GPU).
+    pub fn eval_argmax(&mut self, ids: &[u32]) -> Result<u32> {
+        self.check_ids(ids)?;
+        let pos0 = self.tokens.len();
+        let cfg = &self.model.config;
+        let id = match &mut self.exec {
+            Exec::Cpu(b, s) => self
+                .model
+                .pool
+                .install(|| model::forward_argmax(b, cfg, s, ids, pos0))?,
+            Exec::Gpu(b, s) => model::forward_argmax(b, cfg, s, ids, pos0)?,
+        };
+        self.tokens.extend_from_slice(ids);
+        Ok(id)
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -239,24 +408,17 @@ impl Session {
 
     /// Appends `ids` to the context and returns the wanted logits ([rows, n_vocab]).
     pub fn eval(&mut self, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
-        let n_vocab = self.model.config.n_vocab;
-        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {n_vocab}"
-            )));
-        }
-        if self.tokens.len() + ids.len() > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                n_prompt: self.tokens.len() + ids.len(),
-                n_ctx: self.n_ctx,
-            });
-        }
+        self.check_ids(ids)?;
         let mut logits = Vec::new();
         let pos0 = self.tokens.len();
-        let (b, s, cfg) = (&mut self.backend, &mut self.scratch, &self.model.config);
-        self.model
-            .pool
-            .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?;
+        let cfg = &self.model.config;
+        match &mut self.exec {
+            Exec::Cpu(b, s) => self
+                .model
+                .pool
+                .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?,
+            Exec::Gpu(b, s) => model::forward(b, cfg, s, ids, pos0, want, &mut logits)?,
+        }
         self.tokens.extend_from_slice(ids);
         Ok(logits)
     }
@@ -294,8 +456,18 @@ impl Session {
                 ..Default::default()
             },
         };
+        // Greedy decoding without top-k reporting needs only the argmax: the backend picks it
+        // where the logits are (on a GPU, one id comes back instead of the vocabulary).
+        let greedy = n_probs == 0 && sampler.is_greedy();
+        let step = |s: &mut Session, ids: &[u32]| -> Result<(Vec<f32>, Option<u32>)> {
+            if greedy {
+                Ok((Vec::new(), Some(s.eval_argmax(ids)?)))
+            } else {
+                Ok((s.eval(ids, Logits::Last)?, None))
+            }
+        };
         let t0 = Instant::now();
-        let mut logits = self.eval(prompt, Logits::Last)?;
+        let (mut logits, mut picked) = step(self, prompt)?;
         let prefill = t0.elapsed();
         out.timings.prefill_tps = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
         let mut decoder = StreamDecoder::new(tok, false);
@@ -306,7 +478,10 @@ impl Session {
                 out.stop = StopReason::Limit;
                 break;
             }
-            let id = sampler.sample(&logits, &history);
+            let id = match picked {
+                Some(id) => id,
+                None => sampler.sample(&logits, &history),
+            };
             if out.generated_ids.is_empty() {
                 out.timings.ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
             }
@@ -334,7 +509,7 @@ impl Session {
                 break;
             }
             let t = Instant::now();
-            logits = self.eval(&[id], Logits::Last)?;
+            (logits, picked) = step(self, &[id])?;
             t_decode += t.elapsed();
             out.timings.n_decoded += 1;
         }

@@ -30,6 +30,11 @@ struct ModelArgs {
     /// CPU worker threads [default: all cores]
     #[arg(short = 't', long)]
     threads: Option<usize>,
+    /// Where to run: cpu, gpu (any adapter, lavapipe included), auto (a hardware GPU, else
+    /// the CPU), an adapter index or a name substring from `memwall devices`. wgpu's
+    /// WGPU_BACKEND and WGPU_ADAPTER_NAME narrow what is found.
+    #[arg(short = 'd', long, default_value = "auto")]
+    device: String,
 }
 
 impl ModelArgs {
@@ -148,6 +153,8 @@ fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
     let path = args.path();
     let opts = LoadOptions {
         threads: args.threads,
+        device: memwall::engine::DeviceChoice::parse(&args.device)?,
+        ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();
     let bar = show.then(|| {
@@ -170,7 +177,18 @@ fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
     if let Some(pb) = bar {
         pb.finish_and_clear();
     }
-    Ok(Arc::new(model?))
+    let model = model?;
+    if let Some(note) = model.device_note() {
+        if !quiet {
+            eprintln!("{note}");
+        }
+    }
+    if let Some(g) = model.gpu() {
+        for w in &g.warnings {
+            eprintln!("warning: {w}");
+        }
+    }
+    Ok(Arc::new(model))
 }
 
 fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
@@ -329,6 +347,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "decode_tps": t.decode_tps,
                 "weight_bytes_per_token": model.weight_bytes_per_token(),
             },
+            "device": model.device_name(),
         });
         if a.n_probs > 0 {
             obj["top_probs"] = gen
@@ -347,8 +366,14 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         println!();
         let gbps = t.decode_tps * model.weight_bytes_per_token() as f64 / 1e9;
         eprintln!(
-            "load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s ({gbps:.2} GB/s of weights)",
-            t.load_ms, t.ttft_ms, t.n_prompt, t.prefill_tps, t.n_decoded, t.decode_tps
+            "{} | load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s ({gbps:.2} GB/s of weights)",
+            model.device_name(),
+            t.load_ms,
+            t.ttft_ms,
+            t.n_prompt,
+            t.prefill_tps,
+            t.n_decoded,
+            t.decode_tps
         );
     }
     Ok(ExitCode::SUCCESS)

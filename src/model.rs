@@ -130,6 +130,29 @@ pub fn head_stage<B: Backend>(
     b.matmul(out, &s.h, n_rows, &mut s.logits)
 }
 
+/// Runs `tokens` at positions pos0.. through every layer in batches of at most s.batch
+/// tokens; after each batch, `after(b, s, first_index, n)` may run the head on its rows.
+fn forward_batches<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    tokens: &[u32],
+    pos0: usize,
+    mut after: impl FnMut(&mut B, &mut Scratch<B::Act>, usize, usize) -> Result<()>,
+) -> Result<()> {
+    let mut done = 0;
+    for chunk in tokens.chunks(s.batch) {
+        let n = chunk.len();
+        embed_stage(b, s, chunk)?;
+        for l in 0..cfg.n_layer {
+            layer_stage(b, cfg, s, l, n, pos0 + done)?;
+        }
+        after(b, s, done, n)?;
+        done += n;
+    }
+    Ok(())
+}
+
 /// Runs `tokens` at positions pos0.. through the whole model on one backend, in batches of
 /// at most s.batch tokens, and appends the wanted logits to `logits_out` ([rows, n_vocab]).
 pub fn forward<B: Backend>(
@@ -142,16 +165,8 @@ pub fn forward<B: Backend>(
     logits_out: &mut Vec<f32>,
 ) -> Result<()> {
     let n_total = tokens.len();
-    let mut done = 0;
-    for chunk in tokens.chunks(s.batch) {
-        let n = chunk.len();
-        let pos = pos0 + done;
-        embed_stage(b, s, chunk)?;
-        for l in 0..cfg.n_layer {
-            layer_stage(b, cfg, s, l, n, pos)?;
-        }
-        let start_idx = done;
-        done += n;
+    forward_batches(b, cfg, s, tokens, pos0, |b, s, start_idx, n| {
+        let done = start_idx + n;
         let rows = match want {
             Logits::None => None,
             Logits::Last if done == n_total => Some((n - 1, 1)),
@@ -169,6 +184,30 @@ pub fn forward<B: Backend>(
             logits_out.resize(start + n_rows * cfg.n_vocab, 0.0);
             b.read(&s.logits, &mut logits_out[start..])?;
         }
+        Ok(())
+    })
+}
+
+/// As [`forward`], returning only the most likely next token after the last one (greedy
+/// decoding): the backend reduces the logits where they are, so a GPU reads back one id.
+pub fn forward_argmax<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    tokens: &[u32],
+    pos0: usize,
+) -> Result<u32> {
+    if tokens.is_empty() {
+        return Err(Error::InvalidArgument("no tokens to evaluate".into()));
     }
-    Ok(())
+    let n_total = tokens.len();
+    let mut id = None;
+    forward_batches(b, cfg, s, tokens, pos0, |b, s, start_idx, n| {
+        if start_idx + n == n_total {
+            head_stage(b, cfg, s, n - 1, 1)?;
+            id = b.argmax(&s.logits, 1, cfg.n_vocab)?.first().copied();
+        }
+        Ok(())
+    })?;
+    id.ok_or_else(|| Error::InvalidArgument("no logits computed".into()))
 }

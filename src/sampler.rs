@@ -169,6 +169,13 @@ impl Sampler {
         &self.params
     }
 
+    /// Whether `sample` is a plain argmax of the logits (a backend can then pick the token on
+    /// its own device and return only the id).
+    pub fn is_greedy(&self) -> bool {
+        let p = &self.params;
+        p.temperature <= 0.0 && !(p.repeat_penalty != 1.0 && p.repeat_last_n > 0)
+    }
+
     /// Picks the next token from `logits` ([n_vocab]); `history` holds the tokens so far
     /// (prompt and generated), which the repetition penalty looks at.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {

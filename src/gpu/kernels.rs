@@ -459,9 +459,32 @@ impl Kernels {
         x: &'a wgpu::Buffer,
         y: &'a wgpu::Buffer,
     ) -> Result<Launch<'a>> {
-        if x.size() < (w.cols as u64) * 4 || y.size() < (w.rows as u64) * 4 {
+        self.matvec_batch_launch(w, x, y, 1, w.rows, 0)
+    }
+
+    /// Batched matvec: `y[t][row_offset + r] = W[r] · x[t]` for `t < n_tokens`, with `x`
+    /// `[n_tokens, cols]` and `y` `[n_tokens, y_stride]` f32. Rows outside
+    /// `row_offset..row_offset + rows` of y are not touched (the other parts of a matrix split
+    /// by rows write them).
+    pub fn matvec_batch_launch<'a>(
+        &self,
+        w: &'a GpuMatrix,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        n_tokens: usize,
+        y_stride: usize,
+        row_offset: usize,
+    ) -> Result<Launch<'a>> {
+        let x_need = (n_tokens as u64).saturating_mul(w.cols as u64);
+        let y_need = (n_tokens as u64).saturating_mul(y_stride as u64);
+        if n_tokens == 0
+            || row_offset.saturating_add(w.rows) > y_stride
+            || x.size() < x_need.saturating_mul(4)
+            || y.size() < y_need.saturating_mul(4)
+        {
             return Err(Error::Gpu(format!(
-                "matvec [{}, {}]: x is {} bytes, y {} bytes",
+                "matvec [{}, {}] x {n_tokens} tokens into rows {row_offset}.. of a stride \
+                 {y_stride}: x is {} bytes, y {} bytes",
                 w.rows,
                 w.cols,
                 x.size(),
@@ -470,15 +493,20 @@ impl Kernels {
         }
         let rows = to_u32(w.rows, "rows")?;
         let cols = to_u32(w.cols, "cols")?;
-        let groups = grid(
-            rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP),
-            self.max_groups_per_dim,
-        )?;
+        let row_groups = rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP).max(1);
+        let total = row_groups
+            .checked_mul(to_u32(n_tokens, "n_tokens")?)
+            .ok_or_else(|| Error::Gpu("matvec: too many workgroups".into()))?;
+        let groups = grid(total, self.max_groups_per_dim)?;
         let params = MatvecParams {
             rows,
             cols,
             blocks_per_row: cols.div_ceil(QK),
             groups_x: groups.0,
+            n_tokens: to_u32(n_tokens, "n_tokens")?,
+            y_stride: to_u32(y_stride, "y_stride")?,
+            row_offset: to_u32(row_offset, "row_offset")?,
+            row_groups,
         };
         let key = KernelKey::Matvec {
             ty: w.ty,

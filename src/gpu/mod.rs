@@ -6,14 +6,27 @@
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
 //!   argmax, embedding lookup).
+//! - [`attention`]: KV-cache store and attention (split over the sequence for decode, tiled for
+//!   prefill).
+//! - [`weights`]: the model's weights uploaded once ([`GpuModel`]), split across bindings when a
+//!   tensor exceeds the binding limit.
+//! - [`recorder`]: launches recorded into one command buffer per step, nothing created in the
+//!   token loop.
+//! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
 
+pub mod attention;
+pub mod backend;
 pub mod device;
 pub mod kernels;
 pub mod ops;
+pub mod recorder;
 pub mod repack;
 pub mod shaders;
+pub mod weights;
 
+pub use backend::{GpuAct, GpuBackend};
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
 pub use kernels::{Dispatch, GpuMatrix, Kernels};
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};
+pub use weights::{GpuLoadOptions, GpuModel};

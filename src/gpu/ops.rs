@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
-use crate::gpu::shaders::{ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
+use crate::gpu::shaders::{BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -99,6 +99,37 @@ impl Kernels {
         };
         let bufs = [(0, x), (1, freqs)];
         Ok(Launch::new(KernelKey::Rope, &params, &bufs, 2, groups))
+    }
+
+    /// The launch of `x[r][c] += bias[c]` on x: `[n_rows, width]`, bias `[width]`.
+    pub fn add_bias_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        bias: &'a wgpu::Buffer,
+        width: usize,
+        n_rows: usize,
+    ) -> Result<Launch<'a>> {
+        let n = (width as u64).saturating_mul(n_rows as u64);
+        check_len("add_bias x", x, n)?;
+        check_len("add_bias bias", bias, width as u64)?;
+        if width == 0 {
+            return Err(Error::Gpu("add_bias: zero width".into()));
+        }
+        let n = to_u32(n as usize, "n")?;
+        let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+        let params = BiasParams {
+            n,
+            groups_x: groups.0,
+            width: to_u32(width, "width")?,
+            pad0: 0,
+        };
+        Ok(Launch::new(
+            KernelKey::AddBias,
+            &params,
+            &[(0, x), (1, bias)],
+            2,
+            groups,
+        ))
     }
 
     /// The launch of an element-wise kernel (`Swiglu`, `Add`) over `a` and `b`, both `[n]`.
@@ -220,7 +251,7 @@ impl Kernels {
         self.prepare(ctx, self.embedding_launch(table, ids, out, n_tokens)?)
     }
 
-    /// The launch of [`Kernels::embedding`].
+    /// The launch of [`Kernels::embedding`] for a whole table.
     pub fn embedding_launch<'a>(
         &self,
         table: &'a GpuMatrix,
@@ -228,6 +259,29 @@ impl Kernels {
         out: &'a wgpu::Buffer,
         n_tokens: usize,
     ) -> Result<Launch<'a>> {
+        self.embedding_part_launch(table, 0, table.rows, ids, out, n_tokens)
+    }
+
+    /// The lookup for one part of a table split by rows: `part` holds table rows
+    /// `row0..row0 + part.rows` of `total_rows`. Each part writes the tokens whose ids it
+    /// holds; the part at row 0 also writes the zero rows of ids past the table.
+    pub fn embedding_part_launch<'a>(
+        &self,
+        part: &'a GpuMatrix,
+        row0: usize,
+        total_rows: usize,
+        ids: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        n_tokens: usize,
+    ) -> Result<Launch<'a>> {
+        let table = part;
+        if row0.saturating_add(part.rows) > total_rows {
+            return Err(Error::Gpu(format!(
+                "embedding part at row {row0} of {} rows overruns a {total_rows}-row table",
+                part.rows
+            )));
+        }
+
         check_len("embedding ids", ids, n_tokens as u64)?;
         check_len(
             "embedding out",
@@ -240,6 +294,10 @@ impl Kernels {
             cols: to_u32(table.cols, "cols")?,
             n_tokens: to_u32(n_tokens, "n_tokens")?,
             groups_x: groups.0,
+            row0: to_u32(row0, "row0")?,
+            total_rows: to_u32(total_rows, "total_rows")?,
+            pad0: 0,
+            pad1: 0,
         };
         let mut bufs = vec![(0, &table.quants)];
         if let Some(s) = &table.scales {

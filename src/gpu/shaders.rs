@@ -21,6 +21,7 @@ const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
 const ADD: &str = include_str!("../../shaders/add.wgsl");
+const ADD_BIAS: &str = include_str!("../../shaders/add_bias.wgsl");
 const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
 const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
 const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
@@ -105,6 +106,8 @@ pub enum KernelKey {
     Swiglu,
     /// `shaders/add.wgsl` (standalone).
     Add,
+    /// `shaders/add_bias.wgsl`: a `[width]` bias added to every row (standalone).
+    AddBias,
     /// `shaders/softmax.wgsl`; `subgroup` picks `subgroupAdd` for the row sum (the row maximum
     /// always goes through workgroup memory).
     Softmax { subgroup: bool },
@@ -129,6 +132,7 @@ impl KernelKey {
             KernelKey::Rope,
             KernelKey::Swiglu,
             KernelKey::Add,
+            KernelKey::AddBias,
             KernelKey::Argmax,
         ]);
         for ty in WeightFormat::ALL {
@@ -155,6 +159,7 @@ impl KernelKey {
             KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
+            | KernelKey::AddBias
             | KernelKey::Argmax
             | KernelKey::Embedding { .. } => false,
         }
@@ -171,6 +176,7 @@ impl KernelKey {
             KernelKey::Rope => "rope".into(),
             KernelKey::Swiglu => "swiglu".into(),
             KernelKey::Add => "add".into(),
+            KernelKey::AddBias => "add_bias".into(),
             KernelKey::Softmax { .. } => format!("softmax{sg}"),
             KernelKey::Argmax => "argmax".into(),
             KernelKey::Embedding { ty } => {
@@ -195,6 +201,7 @@ impl KernelKey {
             KernelKey::Rope => vec![ROPE],
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],
+            KernelKey::AddBias => vec![ADD_BIAS],
         };
         parts.join("\n")
     }
@@ -210,6 +217,13 @@ pub struct MatvecParams {
     pub blocks_per_row: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
+    pub n_tokens: u32,
+    /// row length of y (at least row_offset + rows)
+    pub y_stride: u32,
+    /// first row of y written (a matrix split by rows across bindings)
+    pub row_offset: u32,
+    /// workgroups per token: ceil(rows / ROWS)
+    pub row_groups: u32,
 }
 
 /// Uniform parameters of `shaders/rmsnorm.wgsl` (`struct RmsNormParams`).
@@ -270,17 +284,38 @@ pub struct RowParams {
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct EmbeddingParams {
+    /// rows of this part of the table
     pub rows: u32,
     pub cols: u32,
     pub n_tokens: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
+    /// first table row of this part
+    pub row0: u32,
+    /// rows of the whole table
+    pub total_rows: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// Uniform parameters of `shaders/add_bias.wgsl` (`struct BiasParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct BiasParams {
+    /// elements of x: n_rows * width
+    pub n: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    /// row length (the bias length)
+    pub width: u32,
+    pub pad0: u32,
 }
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
-const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
+const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
-const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 16);
+const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
+const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);

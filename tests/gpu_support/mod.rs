@@ -1,5 +1,6 @@
 //! What the GPU kernel tests share: the adapter (a test FAILS without one: a GPU test must
 //! never pass silently) and seeded inputs with outliers.
+#![allow(dead_code)]
 
 use memwall::gpu::{DeviceSelector, GpuContext};
 

@@ -1,0 +1,439 @@
+//! The GPU implementation of [`Backend`]: the model's forward pass as WGSL kernels.
+//!
+//! Weights live in a shared [`GpuModel`]; a backend adds one session's KV cache, activation
+//! buffers and a [`Recorder`]. Ops are recorded, not run: a whole decode step becomes one
+//! command buffer, submitted when the host needs a result (`read`, `argmax`, `sync`) or writes
+//! an input. Logits stay on the GPU unless sampling needs them (greedy decode reads back one
+//! token id).
+
+use std::sync::Arc;
+
+use crate::backend::{Backend, WeightId};
+use crate::error::{Error, Result};
+use crate::gpu::attention::AttentionConfig;
+use crate::gpu::kernels::Launch;
+use crate::gpu::recorder::Recorder;
+use crate::gpu::shaders::KernelKey;
+use crate::gpu::weights::GpuModel;
+
+/// Batches of at most this many tokens take the batched matvec (weights re-read per token);
+/// larger ones the tiled matmul.
+const MATVEC_MAX_TOKENS: usize = 4;
+
+/// An activation buffer on the GPU: `len` f32 values.
+pub struct GpuAct {
+    buf: wgpu::Buffer,
+    len: usize,
+}
+
+impl GpuAct {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buf
+    }
+}
+
+/// One layer's KV cache: K and V, each [n_ctx, n_head_kv, head_dim] f32.
+struct KvLayer {
+    k: wgpu::Buffer,
+    v: wgpu::Buffer,
+}
+
+pub struct GpuBackend {
+    m: Arc<GpuModel>,
+    rec: Recorder,
+    kv: Vec<KvLayer>,
+    n_ctx: usize,
+    /// Attention's split-over-the-sequence partials: [attention_scratch_len] f32.
+    att_scratch: wgpu::Buffer,
+    /// Token ids of the current batch: [max_tokens] u32.
+    ids: wgpu::Buffer,
+    max_tokens: usize,
+    /// Argmax results: [max_tokens] u32.
+    argmax_out: wgpu::Buffer,
+    /// MAP_READ staging for readbacks, grown to the largest read.
+    staging: Option<wgpu::Buffer>,
+}
+
+fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
+    let ctx = &m.ctx;
+    let limit = ctx
+        .limits
+        .max_storage_buffer_binding_size
+        .min(ctx.limits.max_buffer_size);
+    if bytes > limit {
+        return Err(Error::OutOfMemory {
+            what: format!(
+                "{label}: {bytes} bytes exceed the adapter's storage binding limit of {limit} bytes"
+            ),
+        });
+    }
+    ctx.scoped(&format!("allocate {label} ({bytes} bytes)"), || {
+        Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some(label),
+            size: bytes.max(4),
+            usage: wgpu::BufferUsages::STORAGE
+                | wgpu::BufferUsages::COPY_SRC
+                | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        }))
+    })
+}
+
+impl GpuBackend {
+    /// A session on `m` with a KV cache of `n_ctx` positions and batches of up to
+    /// `max_tokens` tokens.
+    pub fn new(m: Arc<GpuModel>, n_ctx: usize, max_tokens: usize) -> Result<GpuBackend> {
+        if n_ctx == 0 || max_tokens == 0 {
+            return Err(Error::InvalidArgument(
+                "context and batch must be at least 1 token".into(),
+            ));
+        }
+        let cfg = &m.cfg;
+        let kv_bytes = (n_ctx as u64)
+            .saturating_mul(cfg.kv_dim() as u64)
+            .saturating_mul(4);
+        let mut kv = Vec::with_capacity(cfg.n_layer);
+        for l in 0..cfg.n_layer {
+            kv.push(KvLayer {
+                k: storage(&m, &format!("kv.{l}.k"), kv_bytes)?,
+                v: storage(&m, &format!("kv.{l}.v"), kv_bytes)?,
+            });
+        }
+        let att = m.kernels.attention_scratch_len(&attention_config(&m, n_ctx), max_tokens);
+        let att_scratch = storage(&m, "attention scratch", (att as u64).saturating_mul(4))?;
+        let ids = storage(&m, "token ids", max_tokens as u64 * 4)?;
+        let argmax_out = storage(&m, "argmax", max_tokens as u64 * 4)?;
+        let rec = Recorder::new(&m.ctx)?;
+        Ok(GpuBackend {
+            m,
+            rec,
+            kv,
+            n_ctx,
+            att_scratch,
+            ids,
+            max_tokens,
+            argmax_out,
+            staging: None,
+        })
+    }
+
+    pub fn model(&self) -> &Arc<GpuModel> {
+        &self.m
+    }
+
+    /// Launches recorded, submissions made and bind groups cached so far.
+    pub fn stats(&self) -> (u64, u64, usize) {
+        (self.rec.n_launches, self.rec.n_submits, self.rec.n_bind_groups())
+    }
+
+    fn record(&mut self, launch: Launch<'_>) -> Result<()> {
+        self.rec.record(&self.m.ctx, &self.m.kernels, launch)
+    }
+
+    /// Submits pending work and copies `bytes` from the start of `src` to the host.
+    fn read_bytes(&mut self, src: &wgpu::Buffer, bytes: u64) -> Result<Vec<u8>> {
+        let ctx = &self.m.ctx;
+        if bytes > src.size() {
+            return Err(Error::Gpu(format!(
+                "read of {bytes} bytes from a {}-byte buffer",
+                src.size()
+            )));
+        }
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let need_new = self.staging.as_ref().is_none_or(|s| s.size() < bytes);
+        if need_new {
+            // Grown once to the largest read (the logits); not in the steady-state loop.
+            self.staging = Some(ctx.scoped("readback buffer", || {
+                Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size: bytes,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }))
+            })?);
+        }
+        let staging = self
+            .staging
+            .clone()
+            .ok_or_else(|| Error::Gpu("no readback buffer".into()))?;
+        self.rec.copy(src, 0, &staging, 0, bytes)?;
+        self.rec.flush(ctx)?;
+        let slice = staging.slice(..bytes);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            // The receiver waits below; a send error only means nobody is listening.
+            let _ = tx.send(r);
+        });
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+        rx.recv()
+            .map_err(|_| Error::Gpu("readback callback never ran".into()))?
+            .map_err(|e| Error::Gpu(format!("map readback buffer: {e}")))?;
+        let out = {
+            let view = slice
+                .get_mapped_range()
+                .map_err(|e| Error::Gpu(format!("read mapped buffer: {e}")))?;
+            view.to_vec()
+        };
+        staging.unmap();
+        ctx.check_uncaptured("readback")?;
+        Ok(out)
+    }
+
+    /// Records `out = W x` for `n` tokens, each part of a split matrix writing its rows.
+    fn matmul_parts(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &GpuAct) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let mat = m.matrix(w)?;
+        if x.len < n * mat.cols || out.len < n * mat.rows {
+            return Err(Error::Gpu(format!(
+                "matmul {}: [{}, {}] x {n} tokens with buffers of {} and {} values",
+                w.tensor_name(),
+                mat.rows,
+                mat.cols,
+                x.len,
+                out.len
+            )));
+        }
+        for p in &mat.parts {
+            let launch = if n <= MATVEC_MAX_TOKENS {
+                m.kernels
+                    .matvec_batch_launch(&p.m, &x.buf, &out.buf, n, mat.rows, p.row0)?
+            } else {
+                m.kernels
+                    .matmul_launch(&p.m, &x.buf, &out.buf, n, mat.rows, p.row0)?
+            };
+            self.record(launch)?;
+        }
+        Ok(())
+    }
+}
+
+fn attention_config(m: &GpuModel, n_ctx: usize) -> AttentionConfig {
+    let cfg = &m.cfg;
+    AttentionConfig {
+        n_head: cfg.n_head,
+        n_head_kv: cfg.n_head_kv,
+        head_dim: cfg.head_dim,
+        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        n_ctx,
+    }
+}
+
+impl Backend for GpuBackend {
+    type Act = GpuAct;
+
+    fn name(&self) -> String {
+        format!("gpu:{} ({})", self.m.ctx.info.name, self.m.ctx.info.backend)
+    }
+
+    fn alloc(&mut self, len: usize) -> Result<GpuAct> {
+        let bytes = (len as u64).saturating_mul(4);
+        Ok(GpuAct {
+            buf: storage(&self.m, "activation", bytes)?,
+            len,
+        })
+    }
+
+    fn write(&mut self, dst: &mut GpuAct, src: &[f32]) -> Result<()> {
+        if src.len() > dst.len {
+            return Err(Error::Gpu(format!(
+                "write of {} values into a buffer of {}",
+                src.len(),
+                dst.len
+            )));
+        }
+        // Recorded work must see the old contents: submit it before the queue write.
+        self.rec.flush(&self.m.ctx)?;
+        self.m
+            .ctx
+            .queue
+            .write_buffer(&dst.buf, 0, bytemuck::cast_slice(src));
+        Ok(())
+    }
+
+    fn read(&mut self, src: &GpuAct, dst: &mut [f32]) -> Result<()> {
+        if dst.len() > src.len {
+            return Err(Error::Gpu(format!(
+                "read of {} values from a buffer of {}",
+                dst.len(),
+                src.len
+            )));
+        }
+        let bytes = self.read_bytes(&src.buf, dst.len() as u64 * 4)?;
+        for (d, c) in dst.iter_mut().zip(bytes.chunks_exact(4)) {
+            *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+        }
+        Ok(())
+    }
+
+    fn embed(&mut self, ids: &[u32], out: &mut GpuAct) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let table = m.matrix(WeightId::TokEmbd)?;
+        if ids.len() > self.max_tokens || out.len < ids.len() * table.cols {
+            return Err(Error::Gpu(format!(
+                "embedding of {} tokens (batch {}, output {} values)",
+                ids.len(),
+                self.max_tokens,
+                out.len
+            )));
+        }
+        self.rec.flush(&m.ctx)?;
+        m.ctx
+            .queue
+            .write_buffer(&self.ids, 0, bytemuck::cast_slice(ids));
+        let id_buf = self.ids.clone();
+        for p in &table.parts {
+            let launch = m.kernels.embedding_part_launch(
+                &p.m,
+                p.row0,
+                table.rows,
+                &id_buf,
+                &out.buf,
+                ids.len(),
+            )?;
+            self.record(launch)?;
+        }
+        Ok(())
+    }
+
+    fn rms_norm(&mut self, norm: WeightId, x: &GpuAct, n: usize, out: &mut GpuAct) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let w = m.vector(norm)?;
+        let width = (w.size() / 4) as usize;
+        let launch = m
+            .kernels
+            .rms_norm_launch(&x.buf, w, &out.buf, width, n, m.cfg.rms_eps)?;
+        self.record(launch)
+    }
+
+    fn matmul(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &mut GpuAct) -> Result<()> {
+        self.matmul_parts(w, x, n, out)
+    }
+
+    fn add_bias(&mut self, bias: WeightId, x: &mut GpuAct, n: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let b = m.vector(bias)?;
+        let width = (b.size() / 4) as usize;
+        let launch = m.kernels.add_bias_launch(&x.buf, b, width, n)?;
+        self.record(launch)
+    }
+
+    fn rope(&mut self, x: &mut GpuAct, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let cfg = m.rope_config(n_heads);
+        let launch = m.kernels.rope_launch(&x.buf, &m.rope_freqs, &cfg, n, pos0)?;
+        self.record(launch)
+    }
+
+    fn attention(
+        &mut self,
+        layer: usize,
+        q: &GpuAct,
+        k: &GpuAct,
+        v: &GpuAct,
+        n: usize,
+        pos0: usize,
+        out: &mut GpuAct,
+    ) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        if pos0 + n > self.n_ctx {
+            return Err(Error::ContextOverflow {
+                n_prompt: pos0 + n,
+                n_ctx: self.n_ctx,
+            });
+        }
+        let kv = self
+            .kv
+            .get(layer)
+            .ok_or_else(|| Error::Gpu(format!("no KV cache for layer {layer}")))?;
+        let (kc, vc) = (kv.k.clone(), kv.v.clone());
+        let cfg = attention_config(&m, self.n_ctx);
+        let launches = m
+            .kernels
+            .kv_store_launch(&k.buf, &v.buf, &kc, &vc, &cfg, n, pos0)?;
+        for l in launches {
+            self.rec.record(&m.ctx, &m.kernels, l)?;
+        }
+        let scratch = self.att_scratch.clone();
+        let launches =
+            m.kernels
+                .attention_launches(&q.buf, &kc, &vc, &scratch, &out.buf, &cfg, n, pos0)?;
+        for l in launches {
+            self.rec.record(&m.ctx, &m.kernels, l)?;
+        }
+        Ok(())
+    }
+
+    fn swiglu(&mut self, gate: &mut GpuAct, up: &GpuAct, len: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let launch = m
+            .kernels
+            .elementwise_launch(KernelKey::Swiglu, &gate.buf, &up.buf, len)?;
+        self.record(launch)
+    }
+
+    fn add(&mut self, x: &mut GpuAct, y: &GpuAct, len: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        let launch = m
+            .kernels
+            .elementwise_launch(KernelKey::Add, &x.buf, &y.buf, len)?;
+        self.record(launch)
+    }
+
+    fn copy_rows(
+        &mut self,
+        x: &GpuAct,
+        first: usize,
+        n_rows: usize,
+        width: usize,
+        out: &mut GpuAct,
+    ) -> Result<()> {
+        let (start, count) = (first * width, n_rows * width);
+        if start + count > x.len || count > out.len {
+            return Err(Error::Gpu(format!(
+                "copy of rows {first}..{} of width {width}: buffers of {} and {} values",
+                first + n_rows,
+                x.len,
+                out.len
+            )));
+        }
+        self.rec
+            .copy(&x.buf, start as u64 * 4, &out.buf, 0, count as u64 * 4)
+    }
+
+    fn argmax(&mut self, x: &GpuAct, n_rows: usize, width: usize) -> Result<Vec<u32>> {
+        if n_rows > self.max_tokens || x.len < n_rows * width {
+            return Err(Error::Gpu(format!(
+                "argmax of {n_rows} rows of {width}: buffer of {} values",
+                x.len
+            )));
+        }
+        let m = Arc::clone(&self.m);
+        let out = self.argmax_out.clone();
+        let launch = m.kernels.argmax_launch(&x.buf, &out, width, n_rows)?;
+        self.record(launch)?;
+        let bytes = self.read_bytes(&out, n_rows as u64 * 4)?;
+        Ok(bytes
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        let ctx = &self.m.ctx;
+        self.rec.flush(ctx)?;
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+        ctx.check_uncaptured("sync")
+    }
+}

@@ -1,0 +1,235 @@
+//! Records kernel launches into one command buffer per step, creating nothing in steady state.
+//!
+//! Each launch's uniform parameters go into the next 256-byte slot of a uniform ring buffer that
+//! is written once per submission, and its bind group (pipeline + storage buffers + the ring at a
+//! dynamic offset) comes from a cache keyed by the kernel and the buffers. The first token of a
+//! session fills the cache; every later token only encodes: no buffer, bind group or pipeline is
+//! created in the token loop.
+
+use std::collections::HashMap;
+use std::num::NonZeroU64;
+
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{Kernels, Launch, Pipeline, PARAMS_SLOT};
+use crate::gpu::shaders::KernelKey;
+
+/// Launches one submission can hold (a decode step of a 30-layer model needs ~500).
+const RING_SLOTS: usize = 2048;
+
+enum Op {
+    Dispatch {
+        pipeline: wgpu::ComputePipeline,
+        bind_group: wgpu::BindGroup,
+        offset: u32,
+        groups: (u32, u32),
+    },
+    Copy {
+        src: wgpu::Buffer,
+        src_offset: u64,
+        dst: wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    },
+}
+
+type BindKey = (KernelKey, Vec<(u32, wgpu::Buffer)>);
+
+pub struct Recorder {
+    /// [RING_SLOTS, PARAMS_SLOT] bytes of uniform params.
+    ring: wgpu::Buffer,
+    /// Host copy of the slots used so far in this submission.
+    params: Vec<u8>,
+    ops: Vec<Op>,
+    bind_groups: HashMap<BindKey, wgpu::BindGroup>,
+    /// Launches recorded and submissions made, for tests and profiling.
+    pub n_launches: u64,
+    pub n_submits: u64,
+}
+
+impl Recorder {
+    pub fn new(ctx: &GpuContext) -> Result<Recorder> {
+        let ring = ctx.scoped("uniform ring", || {
+            Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("params ring"),
+                size: RING_SLOTS as u64 * PARAMS_SLOT,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            }))
+        })?;
+        Ok(Recorder {
+            ring,
+            params: Vec::with_capacity(RING_SLOTS * PARAMS_SLOT as usize),
+            ops: Vec::new(),
+            bind_groups: HashMap::new(),
+            n_launches: 0,
+            n_submits: 0,
+        })
+    }
+
+    /// Bind groups created so far (constant once every op has run once).
+    pub fn n_bind_groups(&self) -> usize {
+        self.bind_groups.len()
+    }
+
+    /// Appends `launch` to the current submission.
+    pub fn record(&mut self, ctx: &GpuContext, kernels: &Kernels, launch: Launch<'_>) -> Result<()> {
+        if launch.params.len() as u64 > PARAMS_SLOT {
+            return Err(Error::Gpu(format!(
+                "{}: params of {} bytes exceed a slot",
+                launch.key.label(),
+                launch.params.len()
+            )));
+        }
+        if self.params.len() >= RING_SLOTS * PARAMS_SLOT as usize {
+            self.flush(ctx)?;
+        }
+        let Pipeline { pipeline, layout } = kernels.pipeline(launch.key)?;
+        let key: BindKey = (
+            launch.key,
+            launch
+                .buffers
+                .iter()
+                .map(|&(b, buf)| (b, buf.clone()))
+                .collect(),
+        );
+        let bind_group = match self.bind_groups.get(&key) {
+            Some(bg) => bg.clone(),
+            None => {
+                let mut entries: Vec<wgpu::BindGroupEntry<'_>> = launch
+                    .buffers
+                    .iter()
+                    .map(|&(binding, b)| wgpu::BindGroupEntry {
+                        binding,
+                        resource: b.as_entire_binding(),
+                    })
+                    .collect();
+                entries.push(wgpu::BindGroupEntry {
+                    binding: launch.uniform_binding,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &self.ring,
+                        offset: 0,
+                        size: NonZeroU64::new(PARAMS_SLOT),
+                    }),
+                });
+                let label = launch.key.label();
+                let bg = ctx.scoped(&format!("bind group {label}"), || {
+                    Ok(ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                        label: Some(&label),
+                        layout,
+                        entries: &entries,
+                    }))
+                })?;
+                self.bind_groups.insert(key, bg.clone());
+                bg
+            }
+        };
+        let offset = self.params.len();
+        self.params.extend_from_slice(&launch.params);
+        self.params.resize(offset + PARAMS_SLOT as usize, 0);
+        self.ops.push(Op::Dispatch {
+            pipeline: pipeline.clone(),
+            bind_group,
+            offset: offset as u32,
+            groups: launch.groups,
+        });
+        self.n_launches += 1;
+        Ok(())
+    }
+
+    /// Appends a buffer-to-buffer copy (between compute passes, in order).
+    pub fn copy(
+        &mut self,
+        src: &wgpu::Buffer,
+        src_offset: u64,
+        dst: &wgpu::Buffer,
+        dst_offset: u64,
+        bytes: u64,
+    ) -> Result<()> {
+        if src_offset + bytes > src.size() || dst_offset + bytes > dst.size() || bytes % 4 != 0 {
+            return Err(Error::Gpu(format!(
+                "copy of {bytes} bytes from {src_offset} of {} into {dst_offset} of {}",
+                src.size(),
+                dst.size()
+            )));
+        }
+        if bytes > 0 {
+            self.ops.push(Op::Copy {
+                src: src.clone(),
+                src_offset,
+                dst: dst.clone(),
+                dst_offset,
+                bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether anything is recorded and not yet submitted.
+    pub fn is_empty(&self) -> bool {
+        self.ops.is_empty()
+    }
+
+    /// Submits what is recorded as one command buffer (without waiting for it).
+    pub fn flush(&mut self, ctx: &GpuContext) -> Result<()> {
+        if self.ops.is_empty() {
+            return Ok(());
+        }
+        let ops = std::mem::take(&mut self.ops);
+        let params = std::mem::take(&mut self.params);
+        let res = ctx.scoped("submit", || {
+            if !params.is_empty() {
+                ctx.queue.write_buffer(&self.ring, 0, &params);
+            }
+            let mut enc = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("step"),
+                });
+            let mut i = 0;
+            while i < ops.len() {
+                if let Op::Copy {
+                    src,
+                    src_offset,
+                    dst,
+                    dst_offset,
+                    bytes,
+                } = &ops[i]
+                {
+                    enc.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *bytes);
+                    i += 1;
+                    continue;
+                }
+                // A run of dispatches shares one compute pass (wgpu orders them).
+                let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                    label: Some("kernels"),
+                    timestamp_writes: None,
+                });
+                while let Some(Op::Dispatch {
+                    pipeline,
+                    bind_group,
+                    offset,
+                    groups,
+                }) = ops.get(i)
+                {
+                    pass.set_pipeline(pipeline);
+                    pass.set_bind_group(0, bind_group, &[*offset]);
+                    pass.dispatch_workgroups(groups.0, groups.1, 1);
+                    i += 1;
+                }
+            }
+            ctx.queue.submit([enc.finish()]);
+            Ok(())
+        });
+        // Keep the host buffers' capacity for the next step.
+        self.params = params;
+        self.params.clear();
+        self.n_submits += 1;
+        res
+    }
+
+    /// Forgets cached bind groups (after buffers they name were dropped).
+    pub fn clear_cache(&mut self) {
+        self.bind_groups.clear();
+    }
+}

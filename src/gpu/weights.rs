@@ -1,0 +1,230 @@
+//! The model's weights on the GPU, uploaded once at load and shared by every session.
+//!
+//! Matrices in the formats the kernels decode (Q4_0, Q4_1, Q8_0, F16, F32, ...) are repacked
+//! from the mmap into the GPU layout; other formats are converted at load (to Q8_0, or F32 when
+//! a row is not whole Q8_0 blocks) with a warning. A matrix whose packed buffers would exceed the
+//! adapter's `max_storage_buffer_binding_size` is split by rows into parts that each fit one
+//! binding: the kernels write each part's rows into the shared output (`row_offset`), so a big
+//! tensor is never silently left on the CPU. Norm weights and biases become f32 buffers.
+
+use std::collections::HashMap;
+
+use kernels_ref::GgmlType;
+
+use crate::backend::WeightId;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{upload_f32, upload_matrix, GpuMatrix, Kernels};
+use crate::gpu::ops::{rope_freqs, RopeConfig};
+use crate::gpu::repack::repack;
+use crate::gpu::shaders::WeightFormat;
+
+/// Rows `row0..row0 + m.rows` of a weight matrix.
+pub struct MatrixPart {
+    pub m: GpuMatrix,
+    pub row0: usize,
+}
+
+/// A weight matrix as one or more row ranges, each within one storage binding.
+pub struct GpuWeightMatrix {
+    pub rows: usize,
+    pub cols: usize,
+    pub parts: Vec<MatrixPart>,
+}
+
+/// Options for the upload.
+#[derive(Debug, Clone, Default)]
+pub struct GpuLoadOptions {
+    /// Caps the bytes of one storage binding below the adapter's limit (tests force splitting
+    /// with it).
+    pub max_binding_bytes: Option<u64>,
+}
+
+/// The compiled kernels and resident weights of one model on one adapter.
+pub struct GpuModel {
+    pub ctx: GpuContext,
+    pub kernels: Kernels,
+    pub cfg: Config,
+    mats: HashMap<WeightId, GpuWeightMatrix>,
+    /// Norm weights and biases: [len] f32 each.
+    vecs: HashMap<WeightId, wgpu::Buffer>,
+    /// RoPE frequencies: [n_rot / 2] f32.
+    pub rope_freqs: wgpu::Buffer,
+    /// Bytes of storage one binding may hold here (the adapter's, or the forced cap).
+    pub max_binding_bytes: u64,
+    /// Bytes of weights resident on the GPU.
+    pub weight_bytes: u64,
+    /// What the upload had to change (converted formats).
+    pub warnings: Vec<String>,
+}
+
+impl GpuModel {
+    /// Compiles the kernels and uploads every weight of `cfg`'s forward pass.
+    pub fn load(
+        ctx: GpuContext,
+        gguf: &Gguf,
+        cfg: &Config,
+        opts: &GpuLoadOptions,
+    ) -> Result<GpuModel> {
+        let kernels = Kernels::new(&ctx)?;
+        let limit = opts
+            .max_binding_bytes
+            .unwrap_or(u64::MAX)
+            .min(ctx.limits.max_storage_buffer_binding_size)
+            .min(ctx.limits.max_buffer_size);
+        let mut mats = HashMap::new();
+        let mut vecs = HashMap::new();
+        let mut warnings = Vec::new();
+        let mut weight_bytes = 0u64;
+        for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
+            let t = gguf.require_tensor(&id.tensor_name())?;
+            let data = gguf.tensor_data(t);
+            let tensor_err = |msg: String| Error::Tensor {
+                name: t.name.clone(),
+                msg,
+            };
+            if dims.len() == 1 {
+                let v = kernels_ref::dequantize_vec(t.ty, data, dims[0])
+                    .map_err(|e| tensor_err(e.to_string()))?;
+                weight_bytes += (v.len() * 4) as u64;
+                vecs.insert(id, upload_f32(&ctx, &t.name, &v)?);
+                continue;
+            }
+            let (cols, rows) = (dims[0], dims[1]);
+            let (ty, owned);
+            let bytes: &[u8] = match WeightFormat::from_ggml(t.ty) {
+                Some(f) => {
+                    ty = f;
+                    data
+                }
+                None => {
+                    // No kernel decodes this format: convert once, at load.
+                    let f = kernels_ref::dequantize_vec(t.ty, data, rows * cols)
+                        .map_err(|e| tensor_err(e.to_string()))?;
+                    ty = if cols.is_multiple_of(32) {
+                        WeightFormat::Q8_0
+                    } else {
+                        WeightFormat::F32
+                    };
+                    owned = kernels_ref::quantize(ty.ggml(), &f)
+                        .map_err(|e| tensor_err(e.to_string()))?;
+                    warnings.push(format!(
+                        "{}: {} has no GPU kernel; converted to {} at load",
+                        t.name,
+                        t.ty.name(),
+                        ty.ggml().name()
+                    ));
+                    &owned
+                }
+            };
+            let m = upload_split(&ctx, &t.name, ty, bytes, rows, cols, limit)?;
+            weight_bytes += m
+                .parts
+                .iter()
+                .map(|p| p.m.quants.size() + p.m.scales.as_ref().map_or(0, |s| s.size()))
+                .sum::<u64>();
+            mats.insert(id, m);
+        }
+        let rope = RopeConfig {
+            n_heads: cfg.n_head,
+            head_dim: cfg.head_dim,
+            n_rot: cfg.n_rot,
+            freq_base: cfg.rope_base,
+            freq_scale: cfg.rope_freq_scale,
+            neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
+        };
+        let rope_freqs = upload_f32(&ctx, "rope.freqs", &rope_freqs(&rope))?;
+        Ok(GpuModel {
+            ctx,
+            kernels,
+            cfg: cfg.clone(),
+            mats,
+            vecs,
+            rope_freqs,
+            max_binding_bytes: limit,
+            weight_bytes,
+            warnings,
+        })
+    }
+
+    /// The RoPE settings of `n_heads` heads of this model.
+    pub fn rope_config(&self, n_heads: usize) -> RopeConfig {
+        RopeConfig {
+            n_heads,
+            head_dim: self.cfg.head_dim,
+            n_rot: self.cfg.n_rot,
+            freq_base: self.cfg.rope_base,
+            freq_scale: self.cfg.rope_freq_scale,
+            neox: matches!(self.cfg.rope_kind, crate::config::RopeKind::Neox),
+        }
+    }
+
+    pub fn matrix(&self, id: WeightId) -> Result<&GpuWeightMatrix> {
+        self.mats
+            .get(&id)
+            .ok_or_else(|| Error::Gpu(format!("{} is not on the GPU", id.tensor_name())))
+    }
+
+    pub fn vector(&self, id: WeightId) -> Result<&wgpu::Buffer> {
+        self.vecs
+            .get(&id)
+            .ok_or_else(|| Error::Gpu(format!("{} is not on the GPU", id.tensor_name())))
+    }
+}
+
+/// Repacks and uploads `data` (`[rows, cols]` of `ty`, ggml layout) in row ranges whose packed
+/// buffers each fit `limit` bytes.
+pub fn upload_split(
+    ctx: &GpuContext,
+    name: &str,
+    ty: WeightFormat,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    limit: u64,
+) -> Result<GpuWeightMatrix> {
+    let g: GgmlType = ty.ggml();
+    let row_bytes = g
+        .row_bytes(cols as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| Error::Tensor {
+            name: name.into(),
+            msg: format!("{cols} columns is not a whole number of {} blocks", g.name()),
+        })?;
+    if rows == 0 || data.len() != rows * row_bytes {
+        return Err(Error::Tensor {
+            name: name.into(),
+            msg: format!(
+                "{} bytes for [{rows}, {cols}] of {}",
+                data.len(),
+                g.name()
+            ),
+        });
+    }
+    // The packed size of one row bounds every row's (block packing only rounds up per part).
+    let one = repack(ty, &data[..row_bytes], 1, cols)?;
+    let per_row = (one.quants.len().max(one.scales.len()) as u64 * 4).max(4);
+    let rows_per_part = usize::try_from(limit / per_row).unwrap_or(usize::MAX);
+    // Each part is repacked on its own, so any row count works.
+    let rows_per_part = rows_per_part.min(rows);
+    if rows_per_part == 0 {
+        return Err(Error::Gpu(format!(
+            "{name}: one row ({per_row} bytes packed) exceeds the storage binding limit of \
+             {limit} bytes"
+        )));
+    }
+    let mut parts = Vec::new();
+    let mut row0 = 0;
+    while row0 < rows {
+        let n = rows_per_part.min(rows - row0);
+        let packed = repack(ty, &data[row0 * row_bytes..(row0 + n) * row_bytes], n, cols)?;
+        parts.push(MatrixPart {
+            m: upload_matrix(ctx, &packed)?,
+            row0,
+        });
+        row0 += n;
+    }
+    Ok(GpuWeightMatrix { rows, cols, parts })
+}

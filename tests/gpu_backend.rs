@@ -1,0 +1,195 @@
+//! The GPU backend against the CPU backend, op by op on the test model's real weights, and
+//! a model whose tensors are split across storage bindings (a forced small limit) against the
+//! same model in whole bindings: the split must give bit-identical results.
+//!
+//! Needs a GPU adapter (lavapipe in CI; `WGPU_BACKEND=gl` for the portable path): with none,
+//! these tests FAIL.
+
+mod common;
+mod gpu_support;
+
+use std::sync::Arc;
+
+use memwall::backend::{Backend, WeightId};
+use memwall::config::Config;
+use memwall::cpu_backend::CpuBackend;
+use memwall::gguf::Gguf;
+use memwall::gpu::{GpuBackend, GpuLoadOptions, GpuModel};
+
+const N_CTX: usize = 64;
+const BATCH: usize = 8;
+
+fn load(max_binding_bytes: Option<u64>) -> (Arc<Gguf>, Config, Arc<GpuModel>) {
+    let g = Arc::new(Gguf::open(common::model_path()).unwrap());
+    let cfg = Config::from_gguf(&g).unwrap();
+    let ctx = gpu_support::context();
+    let m = GpuModel::load(ctx, &g, &cfg, &GpuLoadOptions { max_binding_bytes }).unwrap();
+    (g, cfg, Arc::new(m))
+}
+
+/// max |a - b| / max |b|.
+fn rel(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    let d = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    assert!(d.is_finite(), "non-finite output");
+    d / scale
+}
+
+fn read<B: Backend>(b: &mut B, a: &B::Act, n: usize) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    b.read(a, &mut v).unwrap();
+    v
+}
+
+/// Runs the same ops on both backends and compares each result.
+#[test]
+fn gpu_ops_match_the_cpu_backend_on_real_weights() {
+    let (g, cfg, m) = load(None);
+    let mut gb = GpuBackend::new(m.clone(), N_CTX, BATCH).unwrap();
+    let mut cb = CpuBackend::new(g.clone(), cfg.clone(), N_CTX).unwrap();
+    let (e, ff, qd) = (cfg.n_embd, cfg.n_ff, cfg.q_dim());
+    // First, middle and last ids of the vocabulary, and a common one.
+    let ids = [0u32, 1, 2, 12_345, (cfg.n_vocab - 1) as u32];
+    let n = ids.len();
+
+    macro_rules! both {
+        ($len:expr) => {
+            (gb.alloc($len).unwrap(), cb.alloc($len).unwrap())
+        };
+    }
+    let (mut gx, mut cx) = both!(BATCH * e);
+    gb.embed(&ids, &mut gx).unwrap();
+    cb.embed(&ids, &mut cx).unwrap();
+    let (x_g, x_c) = (read(&mut gb, &gx, n * e), read(&mut cb, &cx, n * e));
+    // Q8_0 rows dequantize exactly the same way on both.
+    assert_eq!(rel(&x_g, &x_c), 0.0, "embedding");
+
+    let (mut gh, mut ch) = both!(BATCH * e);
+    gb.rms_norm(WeightId::AttnNorm(3), &gx, n, &mut gh).unwrap();
+    cb.rms_norm(WeightId::AttnNorm(3), &cx, n, &mut ch).unwrap();
+    let r = rel(&read(&mut gb, &gh, n * e), &read(&mut cb, &ch, n * e));
+    assert!(r < 1e-5, "rms_norm rel err {r}");
+
+    // Matmuls: the CPU quantizes activations to 8 bits (llama.cpp's scheme), the GPU keeps
+    // them in f32, so they differ by the CPU's rounding: ~2^-8 relative per activation,
+    // averaging out over the row; 2e-2 of the output's range bounds it with margin.
+    let (mut gq, mut cq) = both!(BATCH * qd);
+    for n_tok in [1, n] {
+        gb.matmul(WeightId::Wq(3), &gh, n_tok, &mut gq).unwrap();
+        cb.matmul(WeightId::Wq(3), &ch, n_tok, &mut cq).unwrap();
+        let r = rel(
+            &read(&mut gb, &gq, n_tok * qd),
+            &read(&mut cb, &cq, n_tok * qd),
+        );
+        eprintln!("Wq x {n_tok}: rel err {r:.2e}");
+        assert!(r < 2e-2, "Wq x {n_tok} rel err {r}");
+    }
+    let (mut gg, mut cg) = both!(BATCH * ff);
+    let (mut gu, mut cu) = both!(BATCH * ff);
+    gb.matmul(WeightId::Gate(5), &gh, n, &mut gg).unwrap();
+    cb.matmul(WeightId::Gate(5), &ch, n, &mut cg).unwrap();
+    gb.matmul(WeightId::Up(5), &gh, n, &mut gu).unwrap();
+    cb.matmul(WeightId::Up(5), &ch, n, &mut cu).unwrap();
+    gb.swiglu(&mut gg, &gu, n * ff).unwrap();
+    cb.swiglu(&mut cg, &cu, n * ff).unwrap();
+    let r = rel(&read(&mut gb, &gg, n * ff), &read(&mut cb, &cg, n * ff));
+    assert!(r < 3e-2, "gate/up/swiglu rel err {r}");
+    // Down takes the CPU's own SwiGLU output on both, so only Down's rounding differs.
+    let cg_host = read(&mut cb, &cg, n * ff);
+    gb.write(&mut gg, &cg_host).unwrap();
+    let (mut go, mut co) = both!(BATCH * e);
+    gb.matmul(WeightId::Down(5), &gg, n, &mut go).unwrap();
+    cb.matmul(WeightId::Down(5), &cg, n, &mut co).unwrap();
+    let r = rel(&read(&mut gb, &go, n * e), &read(&mut cb, &co, n * e));
+    assert!(r < 2e-2, "down rel err {r}");
+
+    gb.add(&mut gx, &go, n * e).unwrap();
+    cb.add(&mut cx, &co, n * e).unwrap();
+    let r = rel(&read(&mut gb, &gx, n * e), &read(&mut cb, &cx, n * e));
+    assert!(r < 2e-2, "add rel err {r}");
+
+    // RoPE at a non-zero position on identical inputs.
+    let q_host = read(&mut cb, &cq, n * qd);
+    gb.write(&mut gq, &q_host).unwrap();
+    gb.rope(&mut gq, n, cfg.n_head, 17).unwrap();
+    cb.rope(&mut cq, n, cfg.n_head, 17).unwrap();
+    let r = rel(&read(&mut gb, &gq, n * qd), &read(&mut cb, &cq, n * qd));
+    assert!(r < 1e-5, "rope rel err {r}");
+
+    // Output head (the tied 49152-row embedding: a 2-D dispatch) and argmax on the device.
+    let (mut gs, mut cs) = both!(BATCH * e);
+    gb.copy_rows(&gx, 2, 2, e, &mut gs).unwrap();
+    cb.copy_rows(&cx, 2, 2, e, &mut cs).unwrap();
+    assert_eq!(
+        read(&mut gb, &gs, 2 * e),
+        read(&mut gb, &gx, 4 * e)[2 * e..],
+        "copy_rows"
+    );
+    let sel_c = read(&mut cb, &cs, 2 * e);
+    gb.write(&mut gs, &sel_c).unwrap();
+    let nv = cfg.n_vocab;
+    let (mut gl, mut cl) = both!(2 * nv);
+    gb.matmul(WeightId::TokEmbd, &gs, 2, &mut gl).unwrap();
+    cb.matmul(WeightId::TokEmbd, &cs, 2, &mut cl).unwrap();
+    let logits_g = read(&mut gb, &gl, 2 * nv);
+    let r = rel(&logits_g, &read(&mut cb, &cl, 2 * nv));
+    assert!(r < 2e-2, "output head rel err {r}");
+    let ids_dev = gb.argmax(&gl, 2, nv).unwrap();
+    let ids_host: Vec<u32> = logits_g
+        .chunks(nv)
+        .map(|row| memwall::sampler::argmax(row) as u32)
+        .collect();
+    assert_eq!(ids_dev, ids_host, "argmax on the device");
+}
+
+/// Runs a few ops that touch every split tensor kind (embedding table, matrices) on `m`.
+fn split_probe(m: &Arc<GpuModel>, cfg: &Config) -> Vec<Vec<f32>> {
+    let mut b = GpuBackend::new(m.clone(), N_CTX, BATCH).unwrap();
+    let e = cfg.n_embd;
+    let ids = [0u32, 7, 30_000, (cfg.n_vocab - 1) as u32];
+    let n = ids.len();
+    let mut x = b.alloc(BATCH * e).unwrap();
+    let mut h = b.alloc(BATCH * e).unwrap();
+    let mut g = b.alloc(BATCH * cfg.n_ff).unwrap();
+    let mut o = b.alloc(BATCH * e).unwrap();
+    let mut l = b.alloc(BATCH * cfg.n_vocab).unwrap();
+    b.embed(&ids, &mut x).unwrap();
+    b.rms_norm(WeightId::FfnNorm(0), &x, n, &mut h).unwrap();
+    b.matmul(WeightId::Gate(0), &h, n, &mut g).unwrap();
+    b.matmul(WeightId::Down(0), &g, n, &mut o).unwrap();
+    b.matmul(WeightId::TokEmbd, &h, 1, &mut l).unwrap();
+    let mut out = vec![read(&mut b, &x, n * e), read(&mut b, &g, n * cfg.n_ff)];
+    out.push(read(&mut b, &o, n * e));
+    out.push(read(&mut b, &l, cfg.n_vocab));
+    out.push(
+        b.argmax(&l, 1, cfg.n_vocab)
+            .unwrap()
+            .iter()
+            .map(|&i| i as f32)
+            .collect(),
+    );
+    out
+}
+
+#[test]
+fn tensors_split_across_bindings_give_identical_results() {
+    let (_, cfg, whole) = load(None);
+    // 96 KiB per binding: the embedding table (30 MB) becomes hundreds of parts and every
+    // projection several.
+    let (_, _, split) = load(Some(96 * 1024));
+    let parts = |id| split.matrix(id).unwrap().parts.len();
+    assert!(
+        parts(WeightId::TokEmbd) > 100,
+        "{}",
+        parts(WeightId::TokEmbd)
+    );
+    assert!(parts(WeightId::Gate(0)) > 1 && parts(WeightId::Down(0)) > 1);
+    assert_eq!(whole.matrix(WeightId::Gate(0)).unwrap().parts.len(), 1);
+    let a = split_probe(&whole, &cfg);
+    let b = split_probe(&split, &cfg);
+    for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+        // Same kernels on the same rows: bit-identical.
+        assert_eq!(x, y, "output {i} differs between split and whole tensors");
+    }
+}
