@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
+use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
 use crate::gpu::repack::PackedMatrix;
 use crate::gpu::shaders::{
@@ -262,6 +263,7 @@ impl Kernels {
                 ctx.info.name
             )));
         }
+        attention::check_workgroup_storage(&ctx.limits)?;
         // Largest power of two within the device limit, the default and MAX_WG.
         let cap = DEFAULT_WORKGROUP_SIZE
             .min(MAX_WORKGROUP_SIZE)
@@ -278,6 +280,12 @@ impl Kernels {
             let mut constants = vec![("WG", f64::from(workgroup_size))];
             if matches!(key, KernelKey::Matvec { .. }) {
                 constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
+            }
+            if matches!(
+                key,
+                KernelKey::AttentionSplit { .. } | KernelKey::AttentionCombine { .. }
+            ) {
+                constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
             }
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
                 let module = ctx
