@@ -1,6 +1,7 @@
 // Softmax over each row in place (twin of kernels-ref's ops::softmax): exp(x - max) / sum;
 // a row that is all -inf (fully masked) becomes all 0. Composed after a reduce/*.wgsl fragment
-// (override WG, MAX_WG, fn wg_sum). One workgroup per row; 2-D dispatch as in matvec.wgsl.
+// (override WG, MAX_WG, fn wg_sum, fn wg_max). One workgroup per row; 2-D dispatch as in
+// matvec.wgsl.
 
 struct RowParams {
     // row length
@@ -15,26 +16,8 @@ struct RowParams {
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
 @group(0) @binding(1) var<uniform> P: RowParams;
 
-// [WG] partial maxima
-var<workgroup> red_max: array<f32, MAX_WG>;
-
 // Largest finite f32: stands in for -inf, which WGSL cannot write as a literal.
 const F32_MAX: f32 = 3.40282347e38;
-
-// Maximum of `v` over the workgroup, to every invocation (uniform control flow only).
-fn wg_max(v: f32, lid: u32) -> f32 {
-    red_max[lid] = v;
-    workgroupBarrier();
-    for (var s = WG / 2u; s > 0u; s >>= 1u) {
-        if (lid < s) {
-            red_max[lid] = max(red_max[lid], red_max[lid + s]);
-        }
-        workgroupBarrier();
-    }
-    let m = red_max[0];
-    workgroupBarrier();
-    return m;
-}
 
 @compute @workgroup_size(WG)
 fn main(

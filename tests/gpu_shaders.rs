@@ -99,6 +99,8 @@ fn all_lists_every_variant_once() {
         }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
+        want.insert(KernelKey::AttentionSplit { subgroup });
+        want.insert(KernelKey::AttentionCombine { subgroup });
     }
     // Kernels with no reduction choice: one variant each, compiled by every context.
     for key in [
@@ -106,6 +108,8 @@ fn all_lists_every_variant_once() {
         KernelKey::Swiglu,
         KernelKey::Add,
         KernelKey::Argmax,
+        KernelKey::KvStore,
+        KernelKey::AttentionPrefill,
     ] {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
@@ -124,7 +128,11 @@ fn all_lists_every_variant_once() {
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => {}
+            | KernelKey::Embedding { .. }
+            | KernelKey::KvStore
+            | KernelKey::AttentionSplit { .. }
+            | KernelKey::AttentionCombine { .. }
+            | KernelKey::AttentionPrefill => {}
         }
     }
     assert_eq!(set, want);

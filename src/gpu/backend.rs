@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, WeightId};
 use crate::error::{Error, Result};
-use crate::gpu::attention::AttentionConfig;
+use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
 use crate::gpu::kernels::Launch;
 use crate::gpu::recorder::Recorder;
 use crate::gpu::shaders::KernelKey;
@@ -105,7 +105,11 @@ impl GpuBackend {
                 v: storage(&m, &format!("kv.{l}.v"), kv_bytes)?,
             });
         }
-        let att = m.kernels.attention_scratch_len(&attention_config(&m, n_ctx), max_tokens);
+        let att = attention_scratch_len(
+            &attention_config(&m, n_ctx),
+            max_tokens,
+            ATTENTION_CHUNK as usize,
+        );
         let att_scratch = storage(&m, "attention scratch", (att as u64).saturating_mul(4))?;
         let ids = storage(&m, "token ids", max_tokens as u64 * 4)?;
         let argmax_out = storage(&m, "argmax", max_tokens as u64 * 4)?;

@@ -10,6 +10,7 @@ use std::collections::HashMap;
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
+use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
 use crate::gpu::repack::PackedMatrix;
 use crate::gpu::shaders::{
@@ -323,6 +324,7 @@ impl Kernels {
                 ctx.info.name
             )));
         }
+        attention::check_workgroup_storage(&ctx.limits)?;
         // Largest power of two within the device limit, the default and MAX_WG.
         let cap = DEFAULT_WORKGROUP_SIZE
             .min(MAX_WORKGROUP_SIZE)
@@ -342,6 +344,12 @@ impl Kernels {
             }
             let src = key.source();
             let entries = reflect_bindings(&label, &src)?;
+            if matches!(
+                key,
+                KernelKey::AttentionSplit { .. } | KernelKey::AttentionCombine { .. }
+            ) {
+                constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
+            }
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
                 let layout = ctx
                     .device

@@ -1,5 +1,6 @@
 //! The GPU path: wgpu + WGSL compute shaders (Vulkan on phones, lavapipe in CI, GL fallback).
 //!
+//! - [`attention`]: KV cache store and attention (flash-decoding split, tiled prefill).
 //! - [`device`]: adapter listing and lazy, fallible device bring-up ([`GpuContext`]).
 //! - [`shaders`]: the kernel registry ([`KernelKey`]) composing `shaders/*.wgsl` fragments.
 //! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).

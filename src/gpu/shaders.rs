@@ -25,6 +25,10 @@ const ADD_BIAS: &str = include_str!("../../shaders/add_bias.wgsl");
 const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
 const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
 const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
+const KV_STORE: &str = include_str!("../../shaders/kv_store.wgsl");
+const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
+const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
+const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
@@ -108,13 +112,22 @@ pub enum KernelKey {
     Add,
     /// `shaders/add_bias.wgsl`: a `[width]` bias added to every row (standalone).
     AddBias,
-    /// `shaders/softmax.wgsl`; `subgroup` picks `subgroupAdd` for the row sum (the row maximum
-    /// always goes through workgroup memory).
+    /// `shaders/softmax.wgsl`; `subgroup` picks `subgroupAdd`/`subgroupMax` reductions.
     Softmax { subgroup: bool },
     /// `shaders/argmax.wgsl` (workgroup-memory reduction only).
     Argmax,
     /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction).
     Embedding { ty: WeightFormat },
+    /// `shaders/kv_store.wgsl`: appends keys and values to a layer's KV cache (standalone).
+    KvStore,
+    /// `shaders/attention_split.wgsl`: per-chunk partial attention (flash-decoding, pass 1);
+    /// `subgroup` picks subgroup reductions.
+    AttentionSplit { subgroup: bool },
+    /// `shaders/attention_combine.wgsl`: merges the chunks (flash-decoding, pass 2).
+    AttentionCombine { subgroup: bool },
+    /// `shaders/attention_prefill.wgsl`: tiled causal attention with online softmax
+    /// (standalone: no reduction).
+    AttentionPrefill,
 }
 
 impl KernelKey {
@@ -127,6 +140,8 @@ impl KernelKey {
             }
             keys.push(KernelKey::RmsNorm { subgroup });
             keys.push(KernelKey::Softmax { subgroup });
+            keys.push(KernelKey::AttentionSplit { subgroup });
+            keys.push(KernelKey::AttentionCombine { subgroup });
         }
         keys.extend([
             KernelKey::Rope,
@@ -134,6 +149,8 @@ impl KernelKey {
             KernelKey::Add,
             KernelKey::AddBias,
             KernelKey::Argmax,
+            KernelKey::KvStore,
+            KernelKey::AttentionPrefill,
         ]);
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Embedding { ty });
@@ -146,7 +163,11 @@ impl KernelKey {
     pub fn has_reduction_choice(&self) -> bool {
         matches!(
             self,
-            KernelKey::Matvec { .. } | KernelKey::RmsNorm { .. } | KernelKey::Softmax { .. }
+            KernelKey::Matvec { .. }
+                | KernelKey::RmsNorm { .. }
+                | KernelKey::Softmax { .. }
+                | KernelKey::AttentionSplit { .. }
+                | KernelKey::AttentionCombine { .. }
         )
     }
 
@@ -155,13 +176,17 @@ impl KernelKey {
         match *self {
             KernelKey::Matvec { subgroup, .. }
             | KernelKey::RmsNorm { subgroup }
-            | KernelKey::Softmax { subgroup } => subgroup,
+            | KernelKey::Softmax { subgroup }
+            | KernelKey::AttentionSplit { subgroup }
+            | KernelKey::AttentionCombine { subgroup } => subgroup,
             KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::AddBias
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => false,
+            | KernelKey::Embedding { .. }
+            | KernelKey::KvStore
+            | KernelKey::AttentionPrefill => false,
         }
     }
 
@@ -182,6 +207,10 @@ impl KernelKey {
             KernelKey::Embedding { ty } => {
                 format!("embedding_{}", ty.ggml().name().to_lowercase())
             }
+            KernelKey::KvStore => "kv_store".into(),
+            KernelKey::AttentionSplit { .. } => format!("attention_split{sg}"),
+            KernelKey::AttentionCombine { .. } => format!("attention_combine{sg}"),
+            KernelKey::AttentionPrefill => "attention_prefill".into(),
         }
     }
 
@@ -202,6 +231,10 @@ impl KernelKey {
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],
             KernelKey::AddBias => vec![ADD_BIAS],
+            KernelKey::KvStore => vec![KV_STORE],
+            KernelKey::AttentionSplit { .. } => vec![reduce, ATTENTION_SPLIT],
+            KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
+            KernelKey::AttentionPrefill => vec![ATTENTION_PREFILL],
         };
         parts.join("\n")
     }
@@ -311,6 +344,43 @@ pub struct BiasParams {
     pub pad0: u32,
 }
 
+/// Uniform parameters of `shaders/kv_store.wgsl` (`struct KvStoreParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct KvStoreParams {
+    pub n_tokens: u32,
+    /// f32 per cache row: n_head_kv * head_dim
+    pub row_len: u32,
+    /// cache row of the first token
+    pub pos0: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
+/// Uniform parameters of `shaders/attention_{split,combine,prefill}.wgsl`
+/// (`struct AttentionParams`, the same in all three).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct AttentionParams {
+    pub n_tokens: u32,
+    pub n_head: u32,
+    pub n_head_kv: u32,
+    pub head_dim: u32,
+    /// position of the first query token
+    pub pos0: u32,
+    /// split and combine: chunks per (token, head)
+    pub n_chunks: u32,
+    /// prefill: query tokens per workgroup
+    pub tile_q: u32,
+    /// prefill: key positions per staged tile
+    pub tile_k: u32,
+    pub scale: f32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
@@ -319,3 +389,5 @@ const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
+const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);

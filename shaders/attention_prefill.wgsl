@@ -1,0 +1,175 @@
+// Prefill attention, tiled and causal with an online softmax (twin of kernels-ref's
+// ops::attention). Standalone module (no reduction). One workgroup per (head, tile of tile_q
+// query tokens): g = wid.x + wid.y * groups_x = query_tile * n_head + head, so neighbouring
+// workgroups read the same keys. The workgroup walks the key positions in tiles of tile_k,
+// staging each tile's K and then its V in workgroup memory, and stops after the last position
+// its last query sees (tiles that are fully masked are never loaded).
+//
+// Invocation lid serves query row qi = lid / tpq (tpq = WG / tile_q invocations per query) and
+// keeps that row's running maximum m, sum l and the vec4 lanes sub, sub + tpq, ... of its
+// output accumulator (sub = lid % tpq); m and l are computed redundantly by the row's tpq
+// invocations. The host picks tile_q and tile_k so every array below is big enough.
+// Workgroup memory: 8 KiB + 4 KiB + 2 KiB, within WebGPU's 16 KiB minimum.
+
+override WG: u32 = 64u;
+
+struct AttentionParams {
+    n_tokens: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    // multiple of 4, at most 256
+    head_dim: u32,
+    // position of the first query token
+    pos0: u32,
+    // split only
+    n_chunks: u32,
+    // query tokens per workgroup: tile_q * head_dim / 4 <= Q_SH4, tile_q <= WG
+    tile_q: u32,
+    // key positions per tile: tile_k * head_dim / 4 <= KV_SH4, tile_q * tile_k <= S_SH
+    tile_k: u32,
+    // score scale (usually 1 / sqrt(head_dim))
+    scale: f32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+// [n_tokens, n_head, head_dim]
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim]
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim]
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+// [n_tokens, n_head, head_dim]
+@group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
+@group(0) @binding(4) var<uniform> P: AttentionParams;
+
+const Q_SH4: u32 = 512u;
+const KV_SH4: u32 = 256u;
+const S_SH: u32 = 512u;
+// Accumulator vec4s per invocation: ceil(head_dim / 4 / tpq) <= ACC4.
+const ACC4: u32 = 8u;
+
+// [tile_q, head_dim / 4] the query tile, times scale
+var<workgroup> q_sh: array<vec4<f32>, Q_SH4>;
+// [tile_k, head_dim / 4] the key tile, then the value tile
+var<workgroup> kv_sh: array<vec4<f32>, KV_SH4>;
+// [tile_q, tile_k] scores
+var<workgroup> s_sh: array<f32, S_SH>;
+
+const F32_MAX: f32 = 3.40282347e38;
+
+// Stages cache rows kv0..kv0 + tk of this kv head into kv_sh.
+fn load_tile(from_v: bool, kv0: u32, tk: u32, d4: u32, row4: u32, kv_off: u32, lid: u32) {
+    for (var i = lid; i < tk * d4; i += WG) {
+        let src = (kv0 + i / d4) * row4 + kv_off + i % d4;
+        if (from_v) {
+            kv_sh[i] = v_cache[src];
+        } else {
+            kv_sh[i] = k_cache[src];
+        }
+    }
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = wid.x + wid.y * P.groups_x;
+    let tq = P.tile_q;
+    let n_qt = (P.n_tokens + tq - 1u) / tq;
+    // Uniform over the workgroup, so no invocation is left waiting at a barrier.
+    if (g >= P.n_head * n_qt) {
+        return;
+    }
+    let head = g % P.n_head;
+    let t0 = (g / P.n_head) * tq;
+    // valid query rows in this tile
+    let nq = min(tq, P.n_tokens - t0);
+    let d4 = P.head_dim / 4u;
+    let row4 = P.n_head_kv * d4;
+    let kv_off = (head / (P.n_head / P.n_head_kv)) * d4;
+
+    for (var i = lid; i < tq * d4; i += WG) {
+        let r = i / d4;
+        var v = vec4<f32>(0.0);
+        if (r < nq) {
+            v = q[((t0 + r) * P.n_head + head) * d4 + i % d4] * P.scale;
+        }
+        q_sh[i] = v;
+    }
+
+    let tpq = WG / tq;
+    let qi = lid / tpq;
+    let sub = lid % tpq;
+    // Rows past the last token mirror the last valid row's position (never written out).
+    let my_pos = P.pos0 + t0 + min(qi, nq - 1u);
+    var m = -F32_MAX;
+    var l = 0.0;
+    var acc: array<vec4<f32>, ACC4>;
+    for (var k = 0u; k < ACC4; k++) {
+        acc[k] = vec4<f32>(0.0);
+    }
+
+    // Keys the tile's last valid query sees.
+    let n_keys = P.pos0 + t0 + nq;
+    for (var kv0 = 0u; kv0 < n_keys; kv0 += P.tile_k) {
+        let tk = min(P.tile_k, n_keys - kv0);
+        // The previous tile's values (and the q tile, first time) are done with.
+        workgroupBarrier();
+        load_tile(false, kv0, tk, d4, row4, kv_off, lid);
+        workgroupBarrier();
+        for (var i = lid; i < tq * tk; i += WG) {
+            let r = i / tk;
+            let j = i % tk;
+            var s = 0.0;
+            for (var x = 0u; x < d4; x++) {
+                s += dot(q_sh[r * d4 + x], kv_sh[j * d4 + x]);
+            }
+            s_sh[r * P.tile_k + j] = s;
+        }
+        workgroupBarrier();
+        load_tile(true, kv0, tk, d4, row4, kv_off, lid);
+        workgroupBarrier();
+        if (qi < tq) {
+            // Positions kv0..kv0 + nj of this tile are not after the query (causal mask).
+            var nj = 0u;
+            if (my_pos >= kv0) {
+                nj = min(tk, my_pos - kv0 + 1u);
+            }
+            var m_new = m;
+            for (var j = 0u; j < nj; j++) {
+                m_new = max(m_new, s_sh[qi * P.tile_k + j]);
+            }
+            let alpha = exp(m - m_new);
+            l *= alpha;
+            for (var k = 0u; k < ACC4; k++) {
+                acc[k] *= alpha;
+            }
+            for (var j = 0u; j < nj; j++) {
+                let p = exp(s_sh[qi * P.tile_k + j] - m_new);
+                l += p;
+                for (var k = 0u; k < ACC4; k++) {
+                    let lane = sub + k * tpq;
+                    if (lane < d4) {
+                        acc[k] += p * kv_sh[j * d4 + lane];
+                    }
+                }
+            }
+            m = m_new;
+        }
+    }
+
+    if (qi < nq) {
+        let ob = ((t0 + qi) * P.n_head + head) * d4;
+        let inv = 1.0 / l;
+        for (var k = 0u; k < ACC4; k++) {
+            let lane = sub + k * tpq;
+            if (lane < d4) {
+                out[ob + lane] = acc[k] * inv;
+            }
+        }
+    }
+}

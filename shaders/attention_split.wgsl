@@ -1,0 +1,136 @@
+// Decode attention, first pass of flash-decoding (twin, with attention_combine.wgsl, of
+// kernels-ref's ops::attention): the key positions are cut into chunks of CHUNK, and each
+// workgroup handles one (token, head, chunk). It writes that chunk's score maximum m, its sum
+// of exp(score - m) and its unnormalised sum of exp(score - m) * v into `scratch`; the combine
+// pass merges the chunks with log-sum-exp rescaling. Splitting keeps every workgroup short
+// however long the context (GPU watchdogs) and gives a single decode token enough workgroups.
+// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max).
+// Group g = wid.x + wid.y * groups_x = (token * n_head + head) * n_chunks + chunk.
+
+struct AttentionParams {
+    n_tokens: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    // multiple of 4, at most 4 * MAX_D4
+    head_dim: u32,
+    // position of the first query token
+    pos0: u32,
+    // chunks per (token, head): ceil((pos0 + n_tokens) / CHUNK)
+    n_chunks: u32,
+    // prefill only
+    tile_q: u32,
+    // prefill only
+    tile_k: u32,
+    // score scale (usually 1 / sqrt(head_dim))
+    scale: f32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+// [n_tokens, n_head, head_dim]
+@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim]
+@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim]
+@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+// [n_tokens, n_head, n_chunks, 1 + head_dim / 4] vec4: (m, sum, 0, 0), then the weighted V
+@group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
+@group(0) @binding(4) var<uniform> P: AttentionParams;
+
+// Key positions per workgroup (at most MAX_CHUNK).
+override CHUNK: u32 = 256u;
+const MAX_CHUNK: u32 = 512u;
+// head_dim / 4 at most (head_dim 256).
+const MAX_D4: u32 = 64u;
+
+// [head_dim / 4] the query, times scale
+var<workgroup> q_sh: array<vec4<f32>, MAX_D4>;
+// [CHUNK] scores, then exp(score - m)
+var<workgroup> p_sh: array<f32, MAX_CHUNK>;
+// [n_groups, head_dim / 4] partial weighted V sums; n_groups * head_dim / 4 <= max(WG, MAX_D4)
+var<workgroup> part: array<vec4<f32>, MAX_WG>;
+
+const F32_MAX: f32 = 3.40282347e38;
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let g = wid.x + wid.y * P.groups_x;
+    // Every early return below is uniform over the workgroup (it depends on g and P only), so
+    // no invocation is left waiting at a barrier.
+    if (g >= P.n_tokens * P.n_head * P.n_chunks) {
+        return;
+    }
+    let chunk = g % P.n_chunks;
+    // token * n_head + head
+    let th = g / P.n_chunks;
+    let head = th % P.n_head;
+    let tok = th / P.n_head;
+    // Causal: this token sees positions 0..=pos0 + tok.
+    let n_keys = P.pos0 + tok + 1u;
+    let start = chunk * CHUNK;
+    if (start >= n_keys) {
+        // Past this token's position: the combine pass never reads this entry.
+        return;
+    }
+    let len = min(CHUNK, n_keys - start);
+    let d4 = P.head_dim / 4u;
+    // vec4s per cache row, and this head's kv head offset in a row (GQA)
+    let row4 = P.n_head_kv * d4;
+    let kv_off = (head / (P.n_head / P.n_head_kv)) * d4;
+
+    for (var i = lid; i < d4; i += WG) {
+        q_sh[i] = q[th * d4 + i] * P.scale;
+    }
+    workgroupBarrier();
+
+    // Scores: one key position per invocation at a time.
+    var m = -F32_MAX;
+    for (var j = lid; j < len; j += WG) {
+        let kb = (start + j) * row4 + kv_off;
+        var s = 0.0;
+        for (var i = 0u; i < d4; i++) {
+            s += dot(q_sh[i], k_cache[kb + i]);
+        }
+        p_sh[j] = s;
+        m = max(m, s);
+    }
+    let cm = wg_max(m, lid);
+    var sum = 0.0;
+    for (var j = lid; j < len; j += WG) {
+        let p = exp(p_sh[j] - cm);
+        p_sh[j] = p;
+        sum += p;
+    }
+    // wg_sum's barriers also make every p_sh write visible to the whole workgroup.
+    let cs = wg_sum(sum, lid);
+
+    // Weighted V: the invocations split into n_groups groups of d4 lanes (one vec4 of the
+    // head each); group r takes positions r, r + n_groups, ...
+    let n_groups = max(WG / d4, 1u);
+    for (var it = lid; it < n_groups * d4; it += WG) {
+        let r = it / d4;
+        let lane = it % d4;
+        var acc = vec4<f32>(0.0);
+        for (var j = r; j < len; j += n_groups) {
+            acc += p_sh[j] * v_cache[(start + j) * row4 + kv_off + lane];
+        }
+        part[it] = acc;
+    }
+    workgroupBarrier();
+    let base = g * (d4 + 1u);
+    if (lid == 0u) {
+        scratch[base] = vec4<f32>(cm, cs, 0.0, 0.0);
+    }
+    for (var lane = lid; lane < d4; lane += WG) {
+        var acc = vec4<f32>(0.0);
+        for (var r = 0u; r < n_groups; r++) {
+            acc += part[r * d4 + lane];
+        }
+        scratch[base + 1u + lane] = acc;
+    }
+}
