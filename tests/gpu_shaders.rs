@@ -112,6 +112,9 @@ fn all_lists_every_variant_once() {
     }
     for ty in WeightFormat::ALL {
         want.insert(KernelKey::Embedding { ty });
+        let key = KernelKey::Matmul { ty };
+        assert!(!key.has_reduction_choice() && !key.uses_subgroups());
+        want.insert(key);
     }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.
@@ -124,7 +127,8 @@ fn all_lists_every_variant_once() {
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => {}
+            | KernelKey::Embedding { .. }
+            | KernelKey::Matmul { .. } => {}
         }
     }
     assert_eq!(set, want);

@@ -279,6 +279,10 @@ impl Kernels {
             if matches!(key, KernelKey::Matvec { .. }) {
                 constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
             }
+            if matches!(key, KernelKey::Matmul { .. }) {
+                let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
+                constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);
+            }
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
                 let module = ctx
                     .device

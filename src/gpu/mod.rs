@@ -4,11 +4,13 @@
 //! - [`shaders`]: the kernel registry ([`KernelKey`]) composing `shaders/*.wgsl` fragments.
 //! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
+//! - [`matmul`]: the tiled, dequant-fused prefill matmul.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
 //!   argmax, embedding lookup).
 
 pub mod device;
 pub mod kernels;
+pub mod matmul;
 pub mod ops;
 pub mod repack;
 pub mod shaders;

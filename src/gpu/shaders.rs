@@ -17,6 +17,7 @@ const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
+const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
@@ -97,6 +98,8 @@ pub const QK: u32 = 32;
 pub enum KernelKey {
     /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction.
     Matvec { ty: WeightFormat, subgroup: bool },
+    /// `shaders/matmul.wgsl` (tiled prefill matmul) over weights in `ty` (no reduction).
+    Matmul { ty: WeightFormat },
     /// `shaders/rmsnorm.wgsl`; `subgroup` picks `subgroupAdd` reduction.
     RmsNorm { subgroup: bool },
     /// `shaders/rope.wgsl` (standalone: no reduction).
@@ -134,6 +137,9 @@ impl KernelKey {
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Embedding { ty });
         }
+        for ty in WeightFormat::ALL {
+            keys.push(KernelKey::Matmul { ty });
+        }
         keys
     }
 
@@ -156,7 +162,8 @@ impl KernelKey {
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => false,
+            | KernelKey::Embedding { .. }
+            | KernelKey::Matmul { .. } => false,
         }
     }
 
@@ -167,6 +174,7 @@ impl KernelKey {
             KernelKey::Matvec { ty, .. } => {
                 format!("matvec_{}{sg}", ty.ggml().name().to_lowercase())
             }
+            KernelKey::Matmul { ty } => format!("matmul_{}", ty.ggml().name().to_lowercase()),
             KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
             KernelKey::Rope => "rope".into(),
             KernelKey::Swiglu => "swiglu".into(),
@@ -188,6 +196,7 @@ impl KernelKey {
         };
         let parts: Vec<&str> = match *self {
             KernelKey::Matvec { ty, .. } => vec![reduce, ty.fragment(), MATVEC],
+            KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
             KernelKey::Argmax => vec![REDUCE_WORKGROUP, ARGMAX],
@@ -208,6 +217,25 @@ pub struct MatvecParams {
     pub cols: u32,
     /// ceil(cols / QK)
     pub blocks_per_row: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+}
+
+/// Uniform parameters of `shaders/matmul.wgsl` (`struct MatmulParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatmulParams {
+    pub rows: u32,
+    pub cols: u32,
+    /// ceil(cols / QK)
+    pub blocks_per_row: u32,
+    pub n_tokens: u32,
+    /// distance between tokens in y, in f32 (at least row_offset + rows)
+    pub y_stride: u32,
+    /// y column written for weight row 0
+    pub row_offset: u32,
+    /// ceil(rows / TM)
+    pub row_tiles: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
 }
@@ -279,6 +307,7 @@ pub struct EmbeddingParams {
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
+const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
