@@ -82,6 +82,8 @@ fn all_lists_every_variant_once() {
             WeightFormat::Q4_0
             | WeightFormat::Q4_1
             | WeightFormat::Q8_0
+            | WeightFormat::Q4_K
+            | WeightFormat::Q6_K
             | WeightFormat::F16
             | WeightFormat::F32 => {}
         }
@@ -89,7 +91,7 @@ fn all_lists_every_variant_once() {
     }
     assert_eq!(
         WeightFormat::ALL.iter().collect::<HashSet<_>>().len(),
-        5,
+        7,
         "WeightFormat::ALL lists every format once"
     );
     let mut want = HashSet::new();

@@ -14,6 +14,8 @@ const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl")
 const QUANT_Q4_0: &str = include_str!("../../shaders/quant/q4_0.wgsl");
 const QUANT_Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
 const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
+const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
+const QUANT_Q6_K: &str = include_str!("../../shaders/quant/q6_k.wgsl");
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
@@ -30,21 +32,29 @@ const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
 
 /// Weight formats the GPU kernels read (each has a `shaders/quant/*.wgsl` fragment).
+// Named as ggml names the types (Q4_K, not Q4K).
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     Q4_0,
     Q4_1,
     Q8_0,
+    /// 256-column super-blocks of 8 sub-blocks with 6-bit scales and mins (4.5 bits/weight).
+    Q4_K,
+    /// 256-column super-blocks of 16 sub-blocks with 8-bit scales (6.5625 bits/weight).
+    Q6_K,
     F16,
     F32,
 }
 
 impl WeightFormat {
     /// Every format, in declaration order.
-    pub const ALL: [WeightFormat; 5] = [
+    pub const ALL: [WeightFormat; 7] = [
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
         WeightFormat::Q8_0,
+        WeightFormat::Q4_K,
+        WeightFormat::Q6_K,
         WeightFormat::F16,
         WeightFormat::F32,
     ];
@@ -55,6 +65,8 @@ impl WeightFormat {
             GgmlType::Q4_0 => Some(WeightFormat::Q4_0),
             GgmlType::Q4_1 => Some(WeightFormat::Q4_1),
             GgmlType::Q8_0 => Some(WeightFormat::Q8_0),
+            GgmlType::Q4_K => Some(WeightFormat::Q4_K),
+            GgmlType::Q6_K => Some(WeightFormat::Q6_K),
             GgmlType::F16 => Some(WeightFormat::F16),
             GgmlType::F32 => Some(WeightFormat::F32),
             _ => None,
@@ -66,6 +78,8 @@ impl WeightFormat {
             WeightFormat::Q4_0 => GgmlType::Q4_0,
             WeightFormat::Q4_1 => GgmlType::Q4_1,
             WeightFormat::Q8_0 => GgmlType::Q8_0,
+            WeightFormat::Q4_K => GgmlType::Q4_K,
+            WeightFormat::Q6_K => GgmlType::Q6_K,
             WeightFormat::F16 => GgmlType::F16,
             WeightFormat::F32 => GgmlType::F32,
         }
@@ -75,7 +89,11 @@ impl WeightFormat {
     pub fn has_scales(self) -> bool {
         matches!(
             self,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+            WeightFormat::Q4_0
+                | WeightFormat::Q4_1
+                | WeightFormat::Q8_0
+                | WeightFormat::Q4_K
+                | WeightFormat::Q6_K
         )
     }
 
@@ -84,13 +102,16 @@ impl WeightFormat {
             WeightFormat::Q4_0 => QUANT_Q4_0,
             WeightFormat::Q4_1 => QUANT_Q4_1,
             WeightFormat::Q8_0 => QUANT_Q8_0,
+            WeightFormat::Q4_K => QUANT_Q4_K,
+            WeightFormat::Q6_K => QUANT_Q6_K,
             WeightFormat::F16 => QUANT_F16,
             WeightFormat::F32 => QUANT_F32,
         }
     }
 }
 
-/// Columns per `dq_block` call, for every format (`QK` in WGSL).
+/// Columns per `dq_block` call, for every format (`QK` in WGSL; a K-quant super-block of 256
+/// columns is 8 calls).
 pub const QK: u32 = 32;
 
 /// One composed compute shader.

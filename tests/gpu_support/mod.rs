@@ -5,6 +5,7 @@ use kernels_ref::GgmlType;
 use memwall::gpu::{DeviceSelector, GpuContext};
 
 /// f32 unit roundoff.
+#[allow(dead_code)]
 pub const U: f64 = 1.0 / (1u64 << 24) as f64;
 
 /// The adapter `auto` picks (honouring WGPU_BACKEND / WGPU_ADAPTER_NAME).
