@@ -12,3 +12,5 @@ cargo test --workspace --profile ci
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kernels
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_ops
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_attention
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_matmul
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_kquants

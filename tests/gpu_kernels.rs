@@ -6,7 +6,7 @@
 
 mod gpu_support;
 
-use gpu_support::{context, Rng, U};
+use gpu_support::{context, random_weights, Rng, U};
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::{repack, DeviceSelector, GpuContext, WeightFormat};
 
@@ -29,8 +29,7 @@ fn small_grid(ctx: &GpuContext, max: u32) -> Vec<Kernels> {
 
 fn check_matvec(ctx: &GpuContext, ks: &[Kernels], ty: WeightFormat, rows: usize, cols: usize) {
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15 ^ (rows * 31 + cols) as u64);
-    let w_f = rng.values(rows * cols, 2.0);
-    let data = kernels_ref::quantize(ty.ggml(), &w_f).unwrap();
+    let data = random_weights(&mut rng, ty.ggml(), rows, cols);
     check_matvec_data(ctx, ks, ty, &data, rows, cols);
 }
 
@@ -122,16 +121,20 @@ fn matvec_matches_kernels_ref() {
         // Rows not a multiple of the rows per workgroup (2) or the workgroup size; columns
         // from fewer blocks than invocations (96) to more than one stride of them (4128 = 129
         // blocks); the model's 576x1536 and 1536x576 shapes.
-        let mut shapes = vec![(37, 96), (1, 32), (576, 1536), (1536, 576), (3, 4128)];
+        let mut shapes: Vec<(usize, usize)> =
+            vec![(37, 96), (1, 32), (576, 1536), (1536, 576), (3, 4128)];
         if ty.ggml().block_size() == 1 {
             // Float formats need no whole blocks: odd row lengths and partial last blocks.
             shapes.extend([(37, 37), (5, 1), (7, 101)]);
         }
+        // K-quants need whole 256-column super-blocks: 96 and 32 become 256, 576 768, 4128
+        // 4352 (17 super-blocks, 136 dq_block calls per row).
+        let b = ty.ggml().block_size();
         for (rows, cols) in shapes {
-            check_matvec(&ctx, &ks, ty, rows, cols);
+            check_matvec(&ctx, &ks, ty, rows, cols.div_ceil(b) * b);
         }
         // 37 rows = 19 workgroups of 2 rows on a 7 x 3 grid (2 surplus workgroups).
-        check_matvec(&ctx, &small_grid(&ctx, 7), ty, 37, 64);
+        check_matvec(&ctx, &small_grid(&ctx, 7), ty, 37, 64usize.div_ceil(b) * b);
     }
 }
 

@@ -82,6 +82,8 @@ fn all_lists_every_variant_once() {
             WeightFormat::Q4_0
             | WeightFormat::Q4_1
             | WeightFormat::Q8_0
+            | WeightFormat::Q4_K
+            | WeightFormat::Q6_K
             | WeightFormat::F16
             | WeightFormat::F32 => {}
         }
@@ -89,7 +91,7 @@ fn all_lists_every_variant_once() {
     }
     assert_eq!(
         WeightFormat::ALL.iter().collect::<HashSet<_>>().len(),
-        5,
+        7,
         "WeightFormat::ALL lists every format once"
     );
     let mut want = HashSet::new();
@@ -116,6 +118,9 @@ fn all_lists_every_variant_once() {
     }
     for ty in WeightFormat::ALL {
         want.insert(KernelKey::Embedding { ty });
+        let key = KernelKey::Matmul { ty };
+        assert!(!key.has_reduction_choice() && !key.uses_subgroups());
+        want.insert(key);
     }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.
@@ -132,7 +137,8 @@ fn all_lists_every_variant_once() {
             | KernelKey::KvStore
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
-            | KernelKey::AttentionPrefill => {}
+            | KernelKey::AttentionPrefill
+            | KernelKey::Matmul { .. } => {}
         }
     }
     assert_eq!(set, want);

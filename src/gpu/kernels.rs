@@ -350,6 +350,10 @@ impl Kernels {
             ) {
                 constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
             }
+            if matches!(key, KernelKey::Matmul { .. }) {
+                let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
+                constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);
+            }
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
                 let layout = ctx
                     .device

@@ -5,6 +5,7 @@
 //! - [`shaders`]: the kernel registry ([`KernelKey`]) composing `shaders/*.wgsl` fragments.
 //! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
+//! - [`matmul`]: the tiled, dequant-fused prefill matmul.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
 //!   argmax, embedding lookup).
 //! - [`attention`]: KV-cache store and attention (split over the sequence for decode, tiled for
@@ -19,6 +20,7 @@ pub mod attention;
 pub mod backend;
 pub mod device;
 pub mod kernels;
+pub mod matmul;
 pub mod ops;
 pub mod recorder;
 pub mod repack;

@@ -14,9 +14,12 @@ const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl")
 const QUANT_Q4_0: &str = include_str!("../../shaders/quant/q4_0.wgsl");
 const QUANT_Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
 const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
+const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
+const QUANT_Q6_K: &str = include_str!("../../shaders/quant/q6_k.wgsl");
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
+const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
@@ -34,21 +37,29 @@ const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wg
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
 
 /// Weight formats the GPU kernels read (each has a `shaders/quant/*.wgsl` fragment).
+// Named as ggml names the types (Q4_K, not Q4K).
+#[allow(non_camel_case_types)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum WeightFormat {
     Q4_0,
     Q4_1,
     Q8_0,
+    /// 256-column super-blocks of 8 sub-blocks with 6-bit scales and mins (4.5 bits/weight).
+    Q4_K,
+    /// 256-column super-blocks of 16 sub-blocks with 8-bit scales (6.5625 bits/weight).
+    Q6_K,
     F16,
     F32,
 }
 
 impl WeightFormat {
     /// Every format, in declaration order.
-    pub const ALL: [WeightFormat; 5] = [
+    pub const ALL: [WeightFormat; 7] = [
         WeightFormat::Q4_0,
         WeightFormat::Q4_1,
         WeightFormat::Q8_0,
+        WeightFormat::Q4_K,
+        WeightFormat::Q6_K,
         WeightFormat::F16,
         WeightFormat::F32,
     ];
@@ -59,6 +70,8 @@ impl WeightFormat {
             GgmlType::Q4_0 => Some(WeightFormat::Q4_0),
             GgmlType::Q4_1 => Some(WeightFormat::Q4_1),
             GgmlType::Q8_0 => Some(WeightFormat::Q8_0),
+            GgmlType::Q4_K => Some(WeightFormat::Q4_K),
+            GgmlType::Q6_K => Some(WeightFormat::Q6_K),
             GgmlType::F16 => Some(WeightFormat::F16),
             GgmlType::F32 => Some(WeightFormat::F32),
             _ => None,
@@ -70,6 +83,8 @@ impl WeightFormat {
             WeightFormat::Q4_0 => GgmlType::Q4_0,
             WeightFormat::Q4_1 => GgmlType::Q4_1,
             WeightFormat::Q8_0 => GgmlType::Q8_0,
+            WeightFormat::Q4_K => GgmlType::Q4_K,
+            WeightFormat::Q6_K => GgmlType::Q6_K,
             WeightFormat::F16 => GgmlType::F16,
             WeightFormat::F32 => GgmlType::F32,
         }
@@ -79,7 +94,11 @@ impl WeightFormat {
     pub fn has_scales(self) -> bool {
         matches!(
             self,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+            WeightFormat::Q4_0
+                | WeightFormat::Q4_1
+                | WeightFormat::Q8_0
+                | WeightFormat::Q4_K
+                | WeightFormat::Q6_K
         )
     }
 
@@ -88,13 +107,16 @@ impl WeightFormat {
             WeightFormat::Q4_0 => QUANT_Q4_0,
             WeightFormat::Q4_1 => QUANT_Q4_1,
             WeightFormat::Q8_0 => QUANT_Q8_0,
+            WeightFormat::Q4_K => QUANT_Q4_K,
+            WeightFormat::Q6_K => QUANT_Q6_K,
             WeightFormat::F16 => QUANT_F16,
             WeightFormat::F32 => QUANT_F32,
         }
     }
 }
 
-/// Columns per `dq_block` call, for every format (`QK` in WGSL).
+/// Columns per `dq_block` call, for every format (`QK` in WGSL; a K-quant super-block of 256
+/// columns is 8 calls).
 pub const QK: u32 = 32;
 
 /// One composed compute shader.
@@ -102,6 +124,8 @@ pub const QK: u32 = 32;
 pub enum KernelKey {
     /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction.
     Matvec { ty: WeightFormat, subgroup: bool },
+    /// `shaders/matmul.wgsl` (tiled prefill matmul) over weights in `ty` (no reduction).
+    Matmul { ty: WeightFormat },
     /// `shaders/rmsnorm.wgsl`; `subgroup` picks `subgroupAdd` reduction.
     RmsNorm { subgroup: bool },
     /// `shaders/rope.wgsl` (standalone: no reduction).
@@ -155,6 +179,9 @@ impl KernelKey {
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Embedding { ty });
         }
+        for ty in WeightFormat::ALL {
+            keys.push(KernelKey::Matmul { ty });
+        }
         keys
     }
 
@@ -186,7 +213,8 @@ impl KernelKey {
             | KernelKey::Argmax
             | KernelKey::Embedding { .. }
             | KernelKey::KvStore
-            | KernelKey::AttentionPrefill => false,
+            | KernelKey::AttentionPrefill
+            | KernelKey::Matmul { .. } => false,
         }
     }
 
@@ -197,6 +225,7 @@ impl KernelKey {
             KernelKey::Matvec { ty, .. } => {
                 format!("matvec_{}{sg}", ty.ggml().name().to_lowercase())
             }
+            KernelKey::Matmul { ty } => format!("matmul_{}", ty.ggml().name().to_lowercase()),
             KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
             KernelKey::Rope => "rope".into(),
             KernelKey::Swiglu => "swiglu".into(),
@@ -223,6 +252,7 @@ impl KernelKey {
         };
         let parts: Vec<&str> = match *self {
             KernelKey::Matvec { ty, .. } => vec![reduce, ty.fragment(), MATVEC],
+            KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
             KernelKey::Argmax => vec![REDUCE_WORKGROUP, ARGMAX],
@@ -257,6 +287,25 @@ pub struct MatvecParams {
     pub row_offset: u32,
     /// workgroups per token: ceil(rows / ROWS)
     pub row_groups: u32,
+}
+
+/// Uniform parameters of `shaders/matmul.wgsl` (`struct MatmulParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatmulParams {
+    pub rows: u32,
+    pub cols: u32,
+    /// ceil(cols / QK)
+    pub blocks_per_row: u32,
+    pub n_tokens: u32,
+    /// distance between tokens in y, in f32 (at least row_offset + rows)
+    pub y_stride: u32,
+    /// y column written for weight row 0
+    pub row_offset: u32,
+    /// ceil(rows / TM)
+    pub row_tiles: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
 }
 
 /// Uniform parameters of `shaders/rmsnorm.wgsl` (`struct RmsNormParams`).
@@ -383,6 +432,7 @@ pub struct AttentionParams {
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
+const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);

@@ -2,9 +2,11 @@
 //! never pass silently) and seeded inputs with outliers.
 #![allow(dead_code)]
 
+use kernels_ref::GgmlType;
 use memwall::gpu::{DeviceSelector, GpuContext};
 
 /// f32 unit roundoff.
+#[allow(dead_code)]
 pub const U: f64 = 1.0 / (1u64 << 24) as f64;
 
 /// The adapter `auto` picks (honouring WGPU_BACKEND / WGPU_ADAPTER_NAME).
@@ -50,4 +52,31 @@ impl Rng {
             })
             .collect()
     }
+}
+
+/// A seeded `[rows, cols]` matrix of `ty` in ggml layout. Formats kernels-ref can quantize
+/// are quantized from [`Rng::values`] (outliers included); the K-quants, which memwall only
+/// reads, are random bytes (every quant and sub-scale bit pattern) with their f16 super-scales
+/// set to finite values in [0.001, 0.05], as the shared fixtures are made.
+#[allow(dead_code)]
+pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
+    if kernels_ref::can_quantize(ty) {
+        return kernels_ref::quantize(ty, &rng.values(rows * cols, 2.0)).unwrap();
+    }
+    // Byte offsets of the f16 scale fields in one block.
+    let halves: &[usize] = match ty {
+        GgmlType::Q4_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        other => panic!("no random weights for {other:?}"),
+    };
+    let bytes = ty.row_bytes(cols as u64).unwrap() as usize * rows;
+    let mut v: Vec<u8> = (0..bytes).map(|_| (rng.uniform() * 256.0) as u8).collect();
+    for block in v.chunks_exact_mut(ty.type_size()) {
+        for &at in halves {
+            let d = 0.001 + 0.049 * rng.uniform();
+            let h = kernels_ref::f32_to_f16(d as f32);
+            block[at..at + 2].copy_from_slice(&h.to_le_bytes());
+        }
+    }
+    v
 }

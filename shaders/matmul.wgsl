@@ -1,0 +1,141 @@
+// Prefill matmul y[t][row_offset + r] = sum_c W[r][c] * x[t][c] (twin of kernels-ref's
+// ops::matmul), dequantization fused in. Composed after a quant/*.wgsl fragment (bindings 0..1
+// for W, const QK, fn dq_block): see src/gpu/shaders.rs. No reduction fragment: every output
+// is summed by one invocation.
+//
+// Tiling: one workgroup computes a TM x TN tile of y (TM weight rows x TN tokens). For each
+// block of QK = 32 columns it stages the TM rows' dequantized block and the TN tokens' 32
+// inputs in workgroup memory, so each weight is decoded once per tile (not once per token)
+// and each input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile:
+// rows tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host
+// sets WG = TR * TT (see src/gpu/matmul.rs). Workgroup memory: (TM + TN) * 32 * 4 bytes.
+//
+// Tiles are numbered row tile first: tile = wid.x + wid.y * groups_x (2-D dispatch when there
+// are more than the per-dimension limit), row tile = tile % row_tiles, token tile = tile /
+// row_tiles. Surplus workgroups of the last dispatch line return at once (uniformly).
+
+struct MatmulParams {
+    rows: u32,
+    cols: u32,
+    // ceil(cols / QK)
+    blocks_per_row: u32,
+    n_tokens: u32,
+    // distance between tokens in y, in f32 (>= row_offset + rows)
+    y_stride: u32,
+    // y column written for weight row 0
+    row_offset: u32,
+    // ceil(rows / TM)
+    row_tiles: u32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+}
+
+// [n_tokens, cols]
+@group(0) @binding(2) var<storage, read> x: array<f32>;
+// [n_tokens, y_stride]
+@group(0) @binding(3) var<storage, read_write> y: array<f32>;
+@group(0) @binding(4) var<uniform> P: MatmulParams;
+
+// Invocations per workgroup: must equal (TM / 4) * (TN / 4).
+override WG: u32 = 64u;
+// Weight rows per tile (a multiple of 4).
+override TM: u32 = 64u;
+// Tokens per tile (a multiple of 4).
+override TN: u32 = 16u;
+
+// [TM, 8] vec4: the current block of the tile's weight rows, dequantized.
+var<workgroup> w_tile: array<vec4<f32>, TM * 8u>;
+// [TN, 8] vec4: the current 32 inputs of the tile's tokens.
+var<workgroup> x_tile: array<vec4<f32>, TN * 8u>;
+
+// x[t][c..c + 4] with columns >= cols read as 0 (a partial last block of an F16/F32 row).
+fn load_x4(t: u32, c: u32) -> vec4<f32> {
+    let base = t * P.cols;
+    var v = vec4<f32>(0.0);
+    for (var j = 0u; j < 4u; j++) {
+        if (c + j < P.cols) {
+            v[j] = x[base + c + j];
+        }
+    }
+    return v;
+}
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let tile = wid.x + wid.y * P.groups_x;
+    let token_tiles = (P.n_tokens + TN - 1u) / TN;
+    if (tile >= P.row_tiles * token_tiles) {
+        return;
+    }
+    let row0 = (tile % P.row_tiles) * TM;
+    let tok0 = (tile / P.row_tiles) * TN;
+    let tr_n = TM / 4u;
+    let tt_n = TN / 4u;
+    // This invocation's micro-tile (invocations past TR * TT, if any, only help staging).
+    let tr = lid % tr_n;
+    let tt = lid / tr_n;
+
+    var acc: array<array<f32, 4>, 4>;
+    for (var i = 0u; i < 4u; i++) {
+        for (var j = 0u; j < 4u; j++) {
+            acc[i][j] = 0.0;
+        }
+    }
+
+    for (var b = 0u; b < P.blocks_per_row; b++) {
+        // Stage: one dq_block per weight row of the tile; rows past the matrix read as 0.
+        for (var r = lid; r < TM; r += WG) {
+            let row = row0 + r;
+            var w: array<vec4<f32>, 8>;
+            if (row < P.rows) {
+                w = dq_block(row, b, P.cols);
+            }
+            for (var k = 0u; k < 8u; k++) {
+                w_tile[r * 8u + k] = w[k];
+            }
+        }
+        let c0 = b * QK;
+        for (var i = lid; i < TN * 8u; i += WG) {
+            let t = tok0 + i / 8u;
+            var v = vec4<f32>(0.0);
+            if (t < P.n_tokens) {
+                v = load_x4(t, c0 + 4u * (i % 8u));
+            }
+            x_tile[i] = v;
+        }
+        workgroupBarrier();
+
+        if (tt < tt_n) {
+            for (var k = 0u; k < 8u; k++) {
+                var a: array<vec4<f32>, 4>;
+                var xv: array<vec4<f32>, 4>;
+                for (var i = 0u; i < 4u; i++) {
+                    a[i] = w_tile[(tr + i * tr_n) * 8u + k];
+                    xv[i] = x_tile[(tt + i * tt_n) * 8u + k];
+                }
+                for (var i = 0u; i < 4u; i++) {
+                    for (var j = 0u; j < 4u; j++) {
+                        acc[i][j] += dot(a[i], xv[j]);
+                    }
+                }
+            }
+        }
+        // Everyone has read the tiles before the next block overwrites them.
+        workgroupBarrier();
+    }
+
+    if (tt < tt_n) {
+        for (var i = 0u; i < 4u; i++) {
+            let row = row0 + tr + i * tr_n;
+            for (var j = 0u; j < 4u; j++) {
+                let t = tok0 + tt + j * tt_n;
+                if (row < P.rows && t < P.n_tokens) {
+                    y[t * P.y_stride + P.row_offset + row] = acc[i][j];
+                }
+            }
+        }
+    }
+}
