@@ -132,6 +132,7 @@ fn all_lists_every_variant_once() {
             | KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
+            | KernelKey::AddBias
             | KernelKey::Argmax
             | KernelKey::Embedding { .. }
             | KernelKey::KvStore
