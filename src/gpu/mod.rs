@@ -6,11 +6,13 @@
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
 //!   argmax, embedding lookup).
+//! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
 
 pub mod device;
 pub mod kernels;
 pub mod ops;
 pub mod repack;
+pub mod selftest;
 pub mod shaders;
 
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};

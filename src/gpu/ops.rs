@@ -174,11 +174,21 @@ impl Kernels {
         n: usize,
         n_rows: usize,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.softmax_launch(x, n, n_rows)?)
+    }
+
+    /// The launch of [`Kernels::softmax`].
+    pub fn softmax_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Launch<'a>> {
         check_len("softmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
         let key = KernelKey::Softmax {
             subgroup: self.subgroup,
         };
-        self.prepare(ctx, self.rows_launch(key, &[(0, x)], n, n_rows)?)
+        self.rows_launch(key, &[(0, x)], n, n_rows)
     }
 
     /// Prepares the argmax of each row of `x` (`[n_rows, n]` f32) into `out` (`[n_rows]`
