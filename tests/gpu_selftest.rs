@@ -20,7 +20,9 @@ use memwall::gpu::{GpuContext, KernelKey};
 fn expected(ctx: &GpuContext) -> HashSet<(String, String)> {
     KernelKey::all()
         .iter()
-        .filter(|k| !k.uses_subgroups() || ctx.has_subgroups())
+        .filter(|k| {
+            (!k.uses_subgroups() || ctx.has_subgroups()) && (!k.uses_f16() || ctx.has_f16())
+        })
         .map(names)
         .collect()
 }
@@ -49,11 +51,14 @@ fn selftest_covers_every_runnable_variant_and_passes() {
     let set: HashSet<_> = got.iter().cloned().collect();
     assert_eq!(set.len(), got.len(), "a variant ran twice: {got:?}");
     assert_eq!(set, expected(&ctx));
-    // Both reductions where the adapter has subgroups, so the filter is not trivially empty.
+    // Both reductions where the adapter has subgroups, and both weight decodings where it has
+    // f16, so the filter is not trivially empty.
     let wg = got.iter().filter(|(_, v)| v.contains("workgroup")).count();
     let sg = got.iter().filter(|(_, v)| v.contains("subgroup")).count();
     assert!(wg > 0);
     assert_eq!(sg > 0, ctx.has_subgroups());
+    let h = got.iter().filter(|(_, v)| v.ends_with(" f16")).count();
+    assert_eq!(h > 0, ctx.has_f16());
     let failed: Vec<&SelftestRow> = rows.iter().filter(|r| !r.pass).collect();
     assert!(failed.is_empty(), "failing variants: {failed:?}");
 }

@@ -21,11 +21,39 @@ pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
 /// Matrix rows per matvec workgroup (`override ROWS`).
 pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 2;
 
+/// Which variants a [`Kernels`] set compiles and launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct KernelOptions {
+    /// The `subgroupAdd` reductions (needs `SUBGROUP`) instead of workgroup memory.
+    pub subgroup: bool,
+    /// Native-f16 weight decoding (needs `SHADER_F16`) instead of `unpack2x16float`, for the
+    /// formats that have it.
+    pub f16: bool,
+}
+
+impl KernelOptions {
+    /// The fastest variants `ctx`'s device has.
+    pub fn best(ctx: &GpuContext) -> KernelOptions {
+        KernelOptions {
+            subgroup: ctx.has_subgroups(),
+            f16: ctx.has_f16(),
+        }
+    }
+
+    /// Whether a set with these options compiles `key` (keys without a choice always).
+    pub fn compiles(&self, key: &KernelKey) -> bool {
+        (!key.has_reduction_choice() || key.uses_subgroups() == self.subgroup)
+            && (!key.has_f16_choice() || key.uses_f16() == self.f16)
+    }
+}
+
 /// Compiled pipelines for every kernel the context can run.
 pub struct Kernels {
     pipelines: HashMap<KernelKey, wgpu::ComputePipeline>,
     /// Whether the `subgroupAdd` variants are used.
     pub subgroup: bool,
+    /// Whether the native-f16 weight decoding variants are used.
+    pub f16: bool,
     /// Workgroup size (a power of two).
     pub workgroup_size: u32,
     /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
@@ -249,16 +277,36 @@ pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
 
 impl Kernels {
     /// Compiles every kernel variant this context can run: the `subgroupAdd` ones where the
-    /// device has `SUBGROUP`, the workgroup-memory ones otherwise.
+    /// device has `SUBGROUP`, the workgroup-memory ones otherwise; the native-f16 weight
+    /// decoding where it has `SHADER_F16`, `unpack2x16float` otherwise.
     pub fn new(ctx: &GpuContext) -> Result<Kernels> {
-        Kernels::with_options(ctx, ctx.has_subgroups())
+        Kernels::with_config(ctx, KernelOptions::best(ctx))
     }
 
-    /// As [`Kernels::new`], choosing the reduction explicitly (`subgroup` needs `SUBGROUP`).
+    /// As [`Kernels::new`], choosing the reduction explicitly (`subgroup` needs `SUBGROUP`),
+    /// with the portable u32-packed weight decoding.
     pub fn with_options(ctx: &GpuContext, subgroup: bool) -> Result<Kernels> {
+        Kernels::with_config(
+            ctx,
+            KernelOptions {
+                subgroup,
+                f16: false,
+            },
+        )
+    }
+
+    /// As [`Kernels::new`], choosing every variant explicitly.
+    pub fn with_config(ctx: &GpuContext, opts: KernelOptions) -> Result<Kernels> {
+        let KernelOptions { subgroup, f16 } = opts;
         if subgroup && !ctx.has_subgroups() {
             return Err(Error::Gpu(format!(
                 "{} has no SUBGROUP feature",
+                ctx.info.name
+            )));
+        }
+        if f16 && !ctx.has_f16() {
+            return Err(Error::Gpu(format!(
+                "{} has no SHADER_F16 feature",
                 ctx.info.name
             )));
         }
@@ -271,7 +319,7 @@ impl Kernels {
         let workgroup_size = 1u32 << (31 - cap.leading_zeros());
         let mut pipelines = HashMap::new();
         for key in KernelKey::all() {
-            if key.has_reduction_choice() && key.uses_subgroups() != subgroup {
+            if !opts.compiles(&key) {
                 continue;
             }
             let label = key.label();
@@ -306,6 +354,7 @@ impl Kernels {
         Ok(Kernels {
             pipelines,
             subgroup,
+            f16,
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
         })
@@ -405,6 +454,7 @@ impl Kernels {
         let key = KernelKey::Matvec {
             ty: w.ty,
             subgroup: self.subgroup,
+            f16: self.f16 && w.ty.has_f16_variant(),
         };
         let mut bufs = vec![(0, &w.quants)];
         if let Some(s) = &w.scales {

@@ -16,6 +16,6 @@ pub mod selftest;
 pub mod shaders;
 
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
-pub use kernels::{Dispatch, GpuMatrix, Kernels};
+pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};

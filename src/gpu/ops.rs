@@ -257,7 +257,10 @@ impl Kernels {
         }
         bufs.push((2, ids));
         bufs.push((3, out));
-        let key = KernelKey::Embedding { ty: table.ty };
+        let key = KernelKey::Embedding {
+            ty: table.ty,
+            f16: self.f16 && table.ty.has_f16_variant(),
+        };
         Ok(Launch::new(key, &params, &bufs, 4, groups))
     }
 }

@@ -23,6 +23,71 @@ fn weights(ty: WeightFormat, rows: usize, cols: usize, seed: u64) -> Result<Vec<
     oracle(kernels_ref::quantize(ty.ggml(), &w))
 }
 
+/// Smallest normal f16: below it a result may be subnormal or flushed to zero.
+const F16_MIN_NORMAL: f64 = 1.0 / (1u32 << 14) as f64;
+/// One ulp of f16 relative to the value (10 fraction bits). WGSL requires f16 products and sums
+/// to be correctly rounded; a whole ulp also covers rounding toward zero.
+const F16_ULP: f64 = 1.0 / (1u32 << 10) as f64;
+
+/// Bound on how far each weight decoded by a native-f16 kernel (`key.uses_f16()`) may be from
+/// its exact value `wd[i]` (kernels-ref's f32 dequantization): zeros for the other kernels.
+/// - Q4_0, Q8_0: `d * q` rounds once in f16 (q is a small integer, exact in f16): one ulp.
+/// - Q4_1: `d * q + m` rounds twice (once if contracted): an ulp of |d q| <= |w| + |m| and an
+///   ulp of |w|.
+/// - F16: widening to f32 is exact.
+///
+/// Any of these results below the smallest normal f16 may be flushed to zero, which costs up
+/// to its magnitude (bounded by the smallest normal): that absolute term is added for each
+/// rounding whose operand is that small.
+fn f16_weight_err(
+    key: &KernelKey,
+    ty: WeightFormat,
+    data: &[u8],
+    wd: &[f32],
+    cols: usize,
+) -> Vec<f64> {
+    if !key.uses_f16() {
+        return vec![0.0; wd.len()];
+    }
+    let tiny = |v: f64| {
+        if v < 2.0 * F16_MIN_NORMAL {
+            2.0 * F16_MIN_NORMAL
+        } else {
+            0.0
+        }
+    };
+    let block = ty.ggml().type_size();
+    let blocks_per_row = cols / ty.ggml().block_size().max(1);
+    wd.iter()
+        .enumerate()
+        .map(|(i, &w)| {
+            let w = f64::from(w).abs();
+            match ty {
+                WeightFormat::Q4_0 | WeightFormat::Q8_0 => F16_ULP * w + tiny(w),
+                WeightFormat::Q4_1 => {
+                    // Block g's m is the f16 after its f16 d.
+                    let g = (i / cols) * blocks_per_row + (i % cols) / 32;
+                    let m = data
+                        .get(g * block + 2..g * block + 4)
+                        .map_or(f64::INFINITY, |b| {
+                            f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32()).abs()
+                        });
+                    let dq = w + m;
+                    F16_ULP * (dq + w) * (1.0 + F16_ULP) + tiny(dq) + tiny(w)
+                }
+                WeightFormat::F16 => {
+                    if w < F16_MIN_NORMAL {
+                        w
+                    } else {
+                        0.0
+                    }
+                }
+                WeightFormat::F32 => 0.0,
+            }
+        })
+        .collect()
+}
+
 /// Matrix shapes (rows, cols, grid limit): rows not a multiple of the rows per workgroup,
 /// columns from fewer blocks than invocations to more than one stride of them (129 blocks),
 /// and for the float formats row lengths that end in a partial block.
@@ -57,16 +122,21 @@ pub(super) fn matvec(
             &mut want,
         ))?;
         let wd = oracle(kernels_ref::dequantize_vec(ty.ggml(), &data, rows * cols))?;
+        let we = f16_weight_err(&key, ty, &data, &wd, cols);
         // Each product w*x is exact or one f32 rounding (the block formats' weights are f32
         // values computed as the oracle does), and `cols` of them are summed in f32 in some
         // order: |error| <= (cols - 1) u sum|w x| for any order (Higham's gamma_n), plus the
-        // products' and the result's roundings: (cols + 2) u sum|w x|.
+        // products' and the result's roundings: (cols + 2) u sum|w x|. A native-f16 kernel's
+        // weights are each off by up to we[i] (scaled by |x|), and are up to 2^-9 larger.
         let tol: Vec<f64> = (0..rows)
             .map(|r| {
-                let abs: f64 = (0..cols)
-                    .map(|c| (f64::from(wd[r * cols + c]) * f64::from(x[c])).abs())
-                    .sum();
-                (cols as f64 + 2.0) * U * abs + f64::MIN_POSITIVE
+                let (mut abs, mut dec) = (0.0, 0.0);
+                for c in 0..cols {
+                    let xa = f64::from(x[c]).abs();
+                    abs += f64::from(wd[r * cols + c]).abs() * xa;
+                    dec += we[r * cols + c] * xa;
+                }
+                (cols as f64 + 2.0) * U * abs * (1.0 + 2.0 * F16_ULP) + dec + f64::MIN_POSITIVE
             })
             .collect();
         let m = kernels::upload_matrix(ctx, &repack(ty, &data, rows, cols)?)?;
@@ -99,6 +169,8 @@ pub(super) fn embedding(
             ids.extend((0..23).map(|i| (i * 7) % rows as u32));
         }
         let n = ids.len() * cols;
+        let wd = oracle(kernels_ref::dequantize_vec(ty.ggml(), &table, rows * cols))?;
+        let we = f16_weight_err(&key, ty, &table, &wd, cols);
         let mut want = vec![0f32; n]; // [ids, cols]
         for (t, &id) in ids.iter().enumerate() {
             if (id as usize) < rows {
@@ -115,7 +187,8 @@ pub(super) fn embedding(
         // Q8_0, F16 and F32 values are one f32 product (or exact), as in the oracle; Q4_1's
         // d * q + m may be contracted to an fma, which differs by at most one rounding of
         // d * q (|d q| = |w - m| <= 2 max|w| of the row, m being the value of code 0) plus
-        // the final rounding: 3u max|w| of the row.
+        // the final rounding: 3u max|w| of the row. A native-f16 kernel's values are off by up
+        // to the decoding bound instead (their widening to f32 is exact).
         let row_max: Vec<f64> = want
             .chunks_exact(cols)
             .map(|r| r.iter().map(|v| f64::from(*v).abs()).fold(0.0, f64::max))
@@ -126,7 +199,13 @@ pub(super) fn embedding(
         let d = prepare(ctx, ks, ks.embedding_launch(&m, &idb, &ob, ids.len())?, key)?;
         let got = run_read(ctx, &d, &ob, n, &mut worst)?;
         worst.add_all(&got, &want, |i| {
-            3.0 * U * row_max[i / cols] + f64::MIN_POSITIVE
+            let id = ids[i / cols] as usize;
+            let dec = if id < rows {
+                we[id * cols + i % cols]
+            } else {
+                0.0
+            };
+            3.0 * U * row_max[i / cols] + dec + f64::MIN_POSITIVE
         });
     }
     Ok(worst)

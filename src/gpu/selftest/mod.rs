@@ -16,7 +16,7 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{self, Dispatch, Kernels, Launch};
+use crate::gpu::kernels::{self, Dispatch, KernelOptions, Kernels, Launch};
 use crate::gpu::shaders::KernelKey;
 
 /// f32 unit roundoff (round to nearest).
@@ -42,7 +42,7 @@ pub struct SelftestRow {
 
 /// Whether `ctx`'s device has the features `key` needs.
 pub fn runnable(ctx: &GpuContext, key: &KernelKey) -> bool {
-    !key.uses_subgroups() || ctx.has_subgroups()
+    (!key.uses_subgroups() || ctx.has_subgroups()) && (!key.uses_f16() || ctx.has_f16())
 }
 
 /// Every variant of [`KernelKey::all`] `ctx` can run, in that order.
@@ -53,24 +53,26 @@ pub fn runnable_keys(ctx: &GpuContext) -> Vec<KernelKey> {
         .collect()
 }
 
-/// The (kernel, variant) names of `key`'s row: the op, then the weight format and the
-/// reduction ("workgroup" or "subgroup") where the key has them ("-" when it has neither).
+/// The (kernel, variant) names of `key`'s row: the op, then the weight format, the
+/// reduction ("workgroup" or "subgroup") and "f16" (native-f16 weight decoding) where the key
+/// has them ("-" when it has none).
 pub fn names(key: &KernelKey) -> (String, String) {
     let reduction = if key.uses_subgroups() {
         "subgroup"
     } else {
         "workgroup"
     };
+    let h = if key.uses_f16() { " f16" } else { "" };
     let fmt = |ty: crate::gpu::WeightFormat| ty.ggml().name().to_lowercase();
     let (kernel, variant) = match *key {
-        KernelKey::Matvec { ty, .. } => ("matvec", format!("{} {reduction}", fmt(ty))),
+        KernelKey::Matvec { ty, .. } => ("matvec", format!("{} {reduction}{h}", fmt(ty))),
         KernelKey::RmsNorm { .. } => ("rmsnorm", reduction.to_string()),
         KernelKey::Softmax { .. } => ("softmax", reduction.to_string()),
         KernelKey::Rope => ("rope", "-".into()),
         KernelKey::Swiglu => ("swiglu", "-".into()),
         KernelKey::Add => ("add", "-".into()),
         KernelKey::Argmax => ("argmax", "-".into()),
-        KernelKey::Embedding { ty } => ("embedding", fmt(ty)),
+        KernelKey::Embedding { ty, .. } => ("embedding", format!("{}{h}", fmt(ty))),
     };
     (kernel.to_string(), variant)
 }
@@ -213,10 +215,12 @@ impl Rng {
     }
 }
 
-/// The options a [`Kernels`] set needs to hold `key`'s pipeline (the subgroup reduction or
-/// not).
-fn options(key: &KernelKey) -> bool {
-    key.uses_subgroups()
+/// The options of the [`Kernels`] set that launches `key`.
+fn options(key: &KernelKey) -> KernelOptions {
+    KernelOptions {
+        subgroup: key.uses_subgroups(),
+        f16: key.uses_f16(),
+    }
 }
 
 /// Runs `key`'s check. One arm per kernel, no wildcard: a new variant must be added here.
@@ -229,7 +233,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::Swiglu => checks::swiglu(ctx, ks, key),
         KernelKey::Add => checks::add(ctx, ks, key),
         KernelKey::Argmax => checks::argmax(ctx, ks, key),
-        KernelKey::Embedding { ty } => checks::embedding(ctx, ks, key, ty),
+        KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
     }
 }
 
@@ -237,14 +241,14 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
 /// [`KernelKey::all`]'s order). A kernel that computes wrong values gives a failing row; a
 /// GPU error (compilation, validation, device loss) is an `Err` naming the kernel.
 pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
-    let mut sets: HashMap<bool, Kernels> = HashMap::new();
+    let mut sets: HashMap<KernelOptions, Kernels> = HashMap::new();
     let mut rows = Vec::new();
     for key in runnable_keys(ctx) {
         let opts = options(&key);
         let ks = match sets.entry(opts) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Kernels::with_options(ctx, opts)?)
+                e.insert(Kernels::with_config(ctx, opts)?)
             }
         };
         let max_groups = ks.max_groups_per_dim;
