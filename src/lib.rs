@@ -13,6 +13,7 @@ pub mod gguf;
 pub mod gguf_writer;
 pub mod gpu;
 pub mod inspect;
+pub mod logging;
 pub mod model;
 pub mod sampler;
 pub mod tokenizer;

@@ -94,6 +94,16 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Check the GPU driver: run every kernel variant the adapter supports against the
+    /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
+    Selftest {
+        /// The adapter: auto|gpu|<index>|<name substring> (see `memwall devices`).
+        #[arg(long, default_value = "auto")]
+        device: String,
+        /// Print the rows as a JSON array.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 #[derive(Args)]
@@ -139,6 +149,8 @@ struct RunArgs {
 }
 
 fn main() -> ExitCode {
+    // Before any GPU bring-up: wgpu reads the log level when it creates its instance.
+    memwall::logging::init_from_env();
     let cli = Cli::parse();
     match dispatch(cli) {
         Ok(code) => code,
@@ -252,6 +264,42 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
             }
             Ok(ExitCode::SUCCESS)
         }
+        Command::Selftest { device, json } => selftest(&device, json),
+    }
+}
+
+fn selftest(device: &str, json: bool) -> memwall::Result<ExitCode> {
+    if device.trim().eq_ignore_ascii_case("cpu") {
+        return Err(memwall::Error::InvalidArgument(
+            "selftest checks a GPU driver; --device cpu has no driver to check (the CPU \
+             kernels are checked by the test suite). Use auto, gpu, an index or a name from \
+             `memwall devices`"
+                .into(),
+        ));
+    }
+    let selector = memwall::gpu::DeviceSelector::parse(device)?;
+    let ctx = memwall::gpu::GpuContext::new(&selector)?;
+    let rows = memwall::gpu::selftest::run_selftest(&ctx)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+    } else {
+        println!(
+            "{} ({}, {}): subgroup {}, f16 {}",
+            ctx.info.name,
+            ctx.info.backend,
+            ctx.info.driver_info,
+            ctx.has_subgroups(),
+            ctx.has_f16()
+        );
+        print!("{}", memwall::gpu::selftest::table(&rows));
+    }
+    if rows.iter().all(|r| r.pass) {
+        Ok(ExitCode::SUCCESS)
+    } else {
+        Ok(ExitCode::FAILURE)
     }
 }
 

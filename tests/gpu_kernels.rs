@@ -7,16 +7,53 @@
 mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};
-use memwall::gpu::kernels::{self, Kernels};
+use memwall::gpu::kernels::{self, KernelOptions, Kernels};
 use memwall::gpu::{repack, DeviceSelector, GpuContext, WeightFormat};
 
-/// The reductions this adapter can run: always workgroup memory, plus subgroups if present.
+/// The variants this adapter can run: always workgroup memory with u32-packed weights, plus
+/// subgroups and native-f16 decoding (and both) where the adapter has them.
 fn kernel_sets(ctx: &GpuContext) -> Vec<Kernels> {
-    let mut v = vec![Kernels::with_options(ctx, false).unwrap()];
-    if ctx.has_subgroups() {
-        v.push(Kernels::with_options(ctx, true).unwrap());
+    let mut v = Vec::new();
+    for subgroup in [false, true] {
+        for f16 in [false, true] {
+            if (!subgroup || ctx.has_subgroups()) && (!f16 || ctx.has_f16()) {
+                let opts = KernelOptions { subgroup, f16 };
+                v.push(Kernels::with_config(ctx, opts).unwrap());
+            }
+        }
     }
     v
+}
+
+/// How far a weight decoded with native f16 arithmetic may be from the exact `w` (`m`: the
+/// block's Q4_1 offset, else 0): Q4_0/Q8_0 round d * q once in f16, Q4_1 rounds d * q
+/// (|d q| <= |w| + |m|) and then + m, at most an ulp (2^-10 relative) each; F16 widens exactly.
+/// A result under the smallest normal f16 (2^-14) may be flushed: up to 2^-13 more per rounding.
+fn f16_decode_err(ty: WeightFormat, w: f64, m: f64) -> f64 {
+    let ulp = 1.0 / 1024.0;
+    let flush = |v: f64| {
+        if v < 2.0 / 16384.0 {
+            2.0 / 16384.0
+        } else {
+            0.0
+        }
+    };
+    let w = w.abs();
+    match ty {
+        WeightFormat::Q4_0 | WeightFormat::Q8_0 => ulp * w + flush(w),
+        WeightFormat::Q4_1 => {
+            ulp * (2.0 * w + m.abs()) * (1.0 + ulp) + flush(w + m.abs()) + flush(w)
+        }
+        WeightFormat::F16 => {
+            if w < 1.0 / 16384.0 {
+                w
+            } else {
+                0.0
+            }
+        }
+        // No f16 decode variant (u32-packed only): exact.
+        WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::F32 => 0.0,
+    }
 }
 
 /// The portable kernels with at most `max` workgroups per dimension, so that the 2-D dispatch
@@ -44,8 +81,8 @@ fn check_matvec_data(
 ) {
     let label = |k: &Kernels| {
         format!(
-            "{ty:?} [{rows}x{cols}] subgroup={} max_groups={}",
-            k.subgroup, k.max_groups_per_dim
+            "{ty:?} [{rows}x{cols}] subgroup={} f16={} max_groups={}",
+            k.subgroup, k.f16, k.max_groups_per_dim
         )
     };
     let g = ty.ggml();
@@ -68,10 +105,36 @@ fn check_matvec_data(
             (cols as f64 + 2.0) * U * abs + f64::MIN_POSITIVE
         })
         .collect();
+    // Native-f16 decoding: each weight is off by up to f16_decode_err (times |x|), and the f32
+    // bound above grows by the weights' relative change (at most 2 ulp of f16, 2^-9).
+    let m_of = |i: usize| -> f64 {
+        if ty != WeightFormat::Q4_1 {
+            return 0.0;
+        }
+        // Q4_1 block: f16 d, f16 m, 16 code bytes.
+        let g = i / 32;
+        half::f16::from_le_bytes([data[g * 20 + 2], data[g * 20 + 3]]).to_f64()
+    };
+    let tol_f16: Vec<f64> = (0..rows)
+        .map(|r| {
+            let dec: f64 = (0..cols)
+                .map(|c| {
+                    let i = r * cols + c;
+                    f16_decode_err(ty, f64::from(wd[i]), m_of(i)) * f64::from(x[c]).abs()
+                })
+                .sum();
+            tol[r] * (1.0 + 1.0 / 512.0) + dec
+        })
+        .collect();
 
     let m = kernels::upload_matrix(ctx, &repack(ty, data, rows, cols).unwrap()).unwrap();
     let xb = kernels::upload_f32(ctx, "x", &x).unwrap();
     for k in ks {
+        let tol = if k.f16 && ty.has_f16_variant() {
+            &tol_f16
+        } else {
+            &tol
+        };
         // Three guard elements past the end: they must stay NaN (no stray writes).
         let yb = kernels::upload_f32(ctx, "y", &vec![f32::NAN; rows + 3]).unwrap();
         let d = k.matvec(ctx, &m, &xb, &yb).unwrap();

@@ -40,11 +40,15 @@ fn validate(key: &KernelKey, caps: Capabilities) -> Result<(), String> {
 const BASELINE: Capabilities = Capabilities::SHADER_FLOAT16_IN_FLOAT32;
 
 fn caps_for(key: &KernelKey) -> Capabilities {
+    let mut caps = BASELINE;
     if key.uses_subgroups() {
-        BASELINE | Capabilities::SUBGROUP
-    } else {
-        BASELINE
+        caps |= Capabilities::SUBGROUP;
     }
+    if key.uses_f16() {
+        // What wgpu grants for the SHADER_F16 feature.
+        caps |= Capabilities::SHADER_FLOAT16;
+    }
+    caps
 }
 
 #[test]
@@ -56,6 +60,34 @@ fn every_kernel_variant_validates() {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+#[test]
+fn f16_variants_need_the_f16_capability_and_enable_it_first() {
+    let f16_keys: Vec<KernelKey> = KernelKey::all()
+        .into_iter()
+        .filter(|k| k.uses_f16())
+        .collect();
+    // Matvec and embedding, each over Q4_0, Q4_1, Q8_0 and F16 (matvec for both reductions).
+    assert_eq!(f16_keys.len(), 12);
+    for key in &f16_keys {
+        let caps = caps_for(key) - Capabilities::SHADER_FLOAT16;
+        assert!(
+            validate(key, caps).is_err(),
+            "{} validated without SHADER_FLOAT16",
+            key.label()
+        );
+        assert_eq!(
+            key.source().lines().next(),
+            Some("enable f16;"),
+            "{}: `enable f16;` must be the module's first line",
+            key.label()
+        );
+    }
+    // The portable variants never mention f16 arithmetic.
+    for key in KernelKey::all().iter().filter(|k| !k.uses_f16()) {
+        assert!(!key.source().contains("enable f16"), "{}", key.label());
+    }
 }
 
 #[test]
@@ -95,9 +127,30 @@ fn all_lists_every_variant_once() {
         "WeightFormat::ALL lists every format once"
     );
     let mut want = HashSet::new();
+    // Native-f16 decoding exists for every format but F32 (nothing to decode).
+    let f16_formats = [
+        WeightFormat::Q4_0,
+        WeightFormat::Q4_1,
+        WeightFormat::Q8_0,
+        WeightFormat::F16,
+    ];
+    for ty in WeightFormat::ALL {
+        assert_eq!(ty.has_f16_variant(), f16_formats.contains(&ty), "{ty:?}");
+    }
     for subgroup in [false, true] {
         for ty in WeightFormat::ALL {
-            want.insert(KernelKey::Matvec { ty, subgroup });
+            want.insert(KernelKey::Matvec {
+                ty,
+                subgroup,
+                f16: false,
+            });
+        }
+        for ty in f16_formats {
+            want.insert(KernelKey::Matvec {
+                ty,
+                subgroup,
+                f16: true,
+            });
         }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
@@ -109,6 +162,7 @@ fn all_lists_every_variant_once() {
         KernelKey::Rope,
         KernelKey::Swiglu,
         KernelKey::Add,
+        KernelKey::AddBias,
         KernelKey::Argmax,
         KernelKey::KvStore,
         KernelKey::AttentionPrefill,
@@ -117,10 +171,13 @@ fn all_lists_every_variant_once() {
         want.insert(key);
     }
     for ty in WeightFormat::ALL {
-        want.insert(KernelKey::Embedding { ty });
         let key = KernelKey::Matmul { ty };
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
+        want.insert(KernelKey::Embedding { ty, f16: false });
+    }
+    for ty in f16_formats {
+        want.insert(KernelKey::Embedding { ty, f16: true });
     }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.

@@ -133,7 +133,11 @@ impl GpuBackend {
 
     /// Launches recorded, submissions made and bind groups cached so far.
     pub fn stats(&self) -> (u64, u64, usize) {
-        (self.rec.n_launches, self.rec.n_submits, self.rec.n_bind_groups())
+        (
+            self.rec.n_launches,
+            self.rec.n_submits,
+            self.rec.n_bind_groups(),
+        )
     }
 
     fn record(&mut self, launch: Launch<'_>) -> Result<()> {
@@ -334,7 +338,9 @@ impl Backend for GpuBackend {
     fn rope(&mut self, x: &mut GpuAct, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
         let cfg = m.rope_config(n_heads);
-        let launch = m.kernels.rope_launch(&x.buf, &m.rope_freqs, &cfg, n, pos0)?;
+        let launch = m
+            .kernels
+            .rope_launch(&x.buf, &m.rope_freqs, &cfg, n, pos0)?;
         self.record(launch)
     }
 
@@ -368,9 +374,9 @@ impl Backend for GpuBackend {
             self.rec.record(&m.ctx, &m.kernels, l)?;
         }
         let scratch = self.att_scratch.clone();
-        let launches =
-            m.kernels
-                .attention_launches(&q.buf, &kc, &vc, &scratch, &out.buf, &cfg, n, pos0)?;
+        let launches = m
+            .kernels
+            .attention_launches(&q.buf, &kc, &vc, &scratch, &out.buf, &cfg, n, pos0)?;
         for l in launches {
             self.rec.record(&m.ctx, &m.kernels, l)?;
         }

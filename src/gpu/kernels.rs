@@ -34,12 +34,39 @@ pub struct Pipeline {
 /// Bytes reserved per launch in a params buffer: every params struct fits, and 256 is a
 /// multiple of any adapter's `min_uniform_buffer_offset_alignment` (WebGPU caps it at 256).
 pub const PARAMS_SLOT: u64 = 256;
+/// Which variants a [`Kernels`] set compiles and launches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct KernelOptions {
+    /// The `subgroupAdd` reductions (needs `SUBGROUP`) instead of workgroup memory.
+    pub subgroup: bool,
+    /// Native-f16 weight decoding (needs `SHADER_F16`) instead of `unpack2x16float`, for the
+    /// formats that have it.
+    pub f16: bool,
+}
+
+impl KernelOptions {
+    /// The fastest variants `ctx`'s device has.
+    pub fn best(ctx: &GpuContext) -> KernelOptions {
+        KernelOptions {
+            subgroup: ctx.has_subgroups(),
+            f16: ctx.has_f16(),
+        }
+    }
+
+    /// Whether a set with these options compiles `key` (keys without a choice always).
+    pub fn compiles(&self, key: &KernelKey) -> bool {
+        (!key.has_reduction_choice() || key.uses_subgroups() == self.subgroup)
+            && (!key.has_f16_choice() || key.uses_f16() == self.f16)
+    }
+}
 
 /// Compiled pipelines for every kernel the context can run.
 pub struct Kernels {
     pipelines: HashMap<KernelKey, Pipeline>,
     /// Whether the `subgroupAdd` variants are used.
     pub subgroup: bool,
+    /// Whether the native-f16 weight decoding variants are used.
+    pub f16: bool,
     /// Workgroup size (a power of two).
     pub workgroup_size: u32,
     /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
@@ -258,7 +285,8 @@ pub fn reflect_bindings(label: &str, src: &str) -> Result<Vec<wgpu::BindGroupLay
     let mut uniforms = 0;
     for (_, var) in module.global_variables.iter() {
         let Some(rb) = &var.binding else { continue };
-        let bad = |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
+        let bad =
+            |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
         if rb.group != 0 {
             return Err(bad("only bind group 0 is used"));
         }
@@ -311,13 +339,29 @@ pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
 
 impl Kernels {
     /// Compiles every kernel variant this context can run: the `subgroupAdd` ones where the
-    /// device has `SUBGROUP`, the workgroup-memory ones otherwise.
+    /// device has `SUBGROUP`, the workgroup-memory ones otherwise, with the u32-packed weight
+    /// decoding. The native-f16 decoding ([`KernelOptions::best`]) is opt-in: it rounds
+    /// `d * q + m` in f16, which costs Q4_1 about 4e-2 of a matvec's range on real weights,
+    /// more than the forward pass may drift from the CPU path.
     pub fn new(ctx: &GpuContext) -> Result<Kernels> {
         Kernels::with_options(ctx, ctx.has_subgroups())
     }
 
-    /// As [`Kernels::new`], choosing the reduction explicitly (`subgroup` needs `SUBGROUP`).
+    /// As [`Kernels::new`], choosing the reduction explicitly (`subgroup` needs `SUBGROUP`),
+    /// with the portable u32-packed weight decoding.
     pub fn with_options(ctx: &GpuContext, subgroup: bool) -> Result<Kernels> {
+        Kernels::with_config(
+            ctx,
+            KernelOptions {
+                subgroup,
+                f16: false,
+            },
+        )
+    }
+
+    /// As [`Kernels::new`], choosing every variant explicitly.
+    pub fn with_config(ctx: &GpuContext, opts: KernelOptions) -> Result<Kernels> {
+        let KernelOptions { subgroup, f16 } = opts;
         if subgroup && !ctx.has_subgroups() {
             return Err(Error::Gpu(format!(
                 "{} has no SUBGROUP feature",
@@ -325,6 +369,12 @@ impl Kernels {
             )));
         }
         attention::check_workgroup_storage(&ctx.limits)?;
+        if f16 && !ctx.has_f16() {
+            return Err(Error::Gpu(format!(
+                "{} has no SHADER_F16 feature",
+                ctx.info.name
+            )));
+        }
         // Largest power of two within the device limit, the default and MAX_WG.
         let cap = DEFAULT_WORKGROUP_SIZE
             .min(MAX_WORKGROUP_SIZE)
@@ -334,7 +384,7 @@ impl Kernels {
         let workgroup_size = 1u32 << (31 - cap.leading_zeros());
         let mut pipelines = HashMap::new();
         for key in KernelKey::all() {
-            if key.has_reduction_choice() && key.uses_subgroups() != subgroup {
+            if !opts.compiles(&key) {
                 continue;
             }
             let label = key.label();
@@ -355,12 +405,12 @@ impl Kernels {
                 constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);
             }
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
-                let layout = ctx
-                    .device
-                    .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some(&label),
-                        entries: &entries,
-                    });
+                let layout =
+                    ctx.device
+                        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                            label: Some(&label),
+                            entries: &entries,
+                        });
                 let pipeline_layout =
                     ctx.device
                         .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -374,20 +424,20 @@ impl Kernels {
                         label: Some(&label),
                         source: wgpu::ShaderSource::Wgsl(Cow::Owned(src.clone())),
                     });
-                let pipeline = ctx
-                    .device
-                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                        label: Some(&label),
-                        layout: Some(&pipeline_layout),
-                        module: &module,
-                        entry_point: Some("main"),
-                        compilation_options: wgpu::PipelineCompilationOptions {
-                            constants: &constants,
-                            // Every kernel writes its workgroup memory before reading it.
-                            zero_initialize_workgroup_memory: false,
-                        },
-                        cache: None,
-                    });
+                let pipeline =
+                    ctx.device
+                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                            label: Some(&label),
+                            layout: Some(&pipeline_layout),
+                            module: &module,
+                            entry_point: Some("main"),
+                            compilation_options: wgpu::PipelineCompilationOptions {
+                                constants: &constants,
+                                // Every kernel writes its workgroup memory before reading it.
+                                zero_initialize_workgroup_memory: false,
+                            },
+                            cache: None,
+                        });
                 Ok(Pipeline { pipeline, layout })
             })?;
             pipelines.insert(key, pipeline);
@@ -395,6 +445,7 @@ impl Kernels {
         Ok(Kernels {
             pipelines,
             subgroup,
+            f16,
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
         })
@@ -523,6 +574,7 @@ impl Kernels {
         let key = KernelKey::Matvec {
             ty: w.ty,
             subgroup: self.subgroup,
+            f16: self.f16 && w.ty.has_f16_variant(),
         };
         let mut bufs = vec![(0, &w.quants)];
         if let Some(s) = &w.scales {

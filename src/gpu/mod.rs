@@ -15,6 +15,7 @@
 //! - [`recorder`]: launches recorded into one command buffer per step, nothing created in the
 //!   token loop.
 //! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
+//! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
 
 pub mod attention;
 pub mod backend;
@@ -24,12 +25,13 @@ pub mod matmul;
 pub mod ops;
 pub mod recorder;
 pub mod repack;
+pub mod selftest;
 pub mod shaders;
 pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
-pub use kernels::{Dispatch, GpuMatrix, Kernels};
+pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};
 pub use weights::{GpuLoadOptions, GpuModel};

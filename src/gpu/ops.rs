@@ -5,7 +5,9 @@
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
-use crate::gpu::shaders::{BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams};
+use crate::gpu::shaders::{
+    BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams,
+};
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -205,11 +207,21 @@ impl Kernels {
         n: usize,
         n_rows: usize,
     ) -> Result<Dispatch> {
+        self.prepare(ctx, self.softmax_launch(x, n, n_rows)?)
+    }
+
+    /// The launch of [`Kernels::softmax`].
+    pub fn softmax_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+    ) -> Result<Launch<'a>> {
         check_len("softmax x", x, (n as u64).saturating_mul(n_rows as u64))?;
         let key = KernelKey::Softmax {
             subgroup: self.subgroup,
         };
-        self.prepare(ctx, self.rows_launch(key, &[(0, x)], n, n_rows)?)
+        self.rows_launch(key, &[(0, x)], n, n_rows)
     }
 
     /// Prepares the argmax of each row of `x` (`[n_rows, n]` f32) into `out` (`[n_rows]`
@@ -305,7 +317,10 @@ impl Kernels {
         }
         bufs.push((2, ids));
         bufs.push((3, out));
-        let key = KernelKey::Embedding { ty: table.ty };
+        let key = KernelKey::Embedding {
+            ty: table.ty,
+            f16: self.f16 && table.ty.has_f16_variant(),
+        };
         Ok(Launch::new(key, &params, &bufs, 4, groups))
     }
 }

@@ -73,7 +73,12 @@ impl Recorder {
     }
 
     /// Appends `launch` to the current submission.
-    pub fn record(&mut self, ctx: &GpuContext, kernels: &Kernels, launch: Launch<'_>) -> Result<()> {
+    pub fn record(
+        &mut self,
+        ctx: &GpuContext,
+        kernels: &Kernels,
+        launch: Launch<'_>,
+    ) -> Result<()> {
         if launch.params.len() as u64 > PARAMS_SLOT {
             return Err(Error::Gpu(format!(
                 "{}: params of {} bytes exceed a slot",

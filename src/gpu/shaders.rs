@@ -4,7 +4,10 @@
 //!
 //! Composition order: reduction (`shaders/reduce/*.wgsl`: `override WG`, `fn wg_sum`), then the
 //! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`), then
-//! the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry point).
+//! the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry point). Native-f16
+//! variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl` fragment instead, which
+//! starts with `enable f16;` and therefore goes first (a directive must precede every
+//! declaration; WGSL declarations may come in any order).
 
 use bytemuck::{Pod, Zeroable};
 use kernels_ref::GgmlType;
@@ -18,6 +21,10 @@ const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
 const QUANT_Q6_K: &str = include_str!("../../shaders/quant/q6_k.wgsl");
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
+const QUANT_Q4_0_F16: &str = include_str!("../../shaders/quant/f16/q4_0.wgsl");
+const QUANT_Q4_1_F16: &str = include_str!("../../shaders/quant/f16/q4_1.wgsl");
+const QUANT_Q8_0_F16: &str = include_str!("../../shaders/quant/f16/q8_0.wgsl");
+const QUANT_F16_F16: &str = include_str!("../../shaders/quant/f16/f16.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
@@ -113,6 +120,24 @@ impl WeightFormat {
             WeightFormat::F32 => QUANT_F32,
         }
     }
+
+    /// The native-f16 fragment (`shaders/quant/f16/*.wgsl`, first line `enable f16;`), for
+    /// the formats that have one (F32 weights have nothing to decode in f16).
+    fn f16_fragment(self) -> Option<&'static str> {
+        match self {
+            WeightFormat::Q4_0 => Some(QUANT_Q4_0_F16),
+            WeightFormat::Q4_1 => Some(QUANT_Q4_1_F16),
+            WeightFormat::Q8_0 => Some(QUANT_Q8_0_F16),
+            WeightFormat::F16 => Some(QUANT_F16_F16),
+            // K-quants: the u32-packed decode only, so far.
+            WeightFormat::Q4_K | WeightFormat::Q6_K | WeightFormat::F32 => None,
+        }
+    }
+
+    /// Whether kernels reading this format have a native-f16 variant.
+    pub fn has_f16_variant(self) -> bool {
+        self.f16_fragment().is_some()
+    }
 }
 
 /// Columns per `dq_block` call, for every format (`QK` in WGSL; a K-quant super-block of 256
@@ -122,10 +147,16 @@ pub const QK: u32 = 32;
 /// One composed compute shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
-    /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction.
-    Matvec { ty: WeightFormat, subgroup: bool },
     /// `shaders/matmul.wgsl` (tiled prefill matmul) over weights in `ty` (no reduction).
     Matmul { ty: WeightFormat },
+    /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction;
+    /// `f16` decodes the weights with native f16 arithmetic (needs `SHADER_F16`; only formats
+    /// with [`WeightFormat::has_f16_variant`]).
+    Matvec {
+        ty: WeightFormat,
+        subgroup: bool,
+        f16: bool,
+    },
     /// `shaders/rmsnorm.wgsl`; `subgroup` picks `subgroupAdd` reduction.
     RmsNorm { subgroup: bool },
     /// `shaders/rope.wgsl` (standalone: no reduction).
@@ -140,8 +171,6 @@ pub enum KernelKey {
     Softmax { subgroup: bool },
     /// `shaders/argmax.wgsl` (workgroup-memory reduction only).
     Argmax,
-    /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction).
-    Embedding { ty: WeightFormat },
     /// `shaders/kv_store.wgsl`: appends keys and values to a layer's KV cache (standalone).
     KvStore,
     /// `shaders/attention_split.wgsl`: per-chunk partial attention (flash-decoding, pass 1);
@@ -152,6 +181,9 @@ pub enum KernelKey {
     /// `shaders/attention_prefill.wgsl`: tiled causal attention with online softmax
     /// (standalone: no reduction).
     AttentionPrefill,
+    /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction); `f16` as for
+    /// `Matvec`.
+    Embedding { ty: WeightFormat, f16: bool },
 }
 
 impl KernelKey {
@@ -159,8 +191,12 @@ impl KernelKey {
     pub fn all() -> Vec<KernelKey> {
         let mut keys = Vec::new();
         for subgroup in [false, true] {
-            for ty in WeightFormat::ALL {
-                keys.push(KernelKey::Matvec { ty, subgroup });
+            for f16 in [false, true] {
+                for ty in WeightFormat::ALL {
+                    if !f16 || ty.has_f16_variant() {
+                        keys.push(KernelKey::Matvec { ty, subgroup, f16 });
+                    }
+                }
             }
             keys.push(KernelKey::RmsNorm { subgroup });
             keys.push(KernelKey::Softmax { subgroup });
@@ -176,13 +212,60 @@ impl KernelKey {
             KernelKey::KvStore,
             KernelKey::AttentionPrefill,
         ]);
-        for ty in WeightFormat::ALL {
-            keys.push(KernelKey::Embedding { ty });
+        for f16 in [false, true] {
+            for ty in WeightFormat::ALL {
+                if !f16 || ty.has_f16_variant() {
+                    keys.push(KernelKey::Embedding { ty, f16 });
+                }
+            }
         }
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Matmul { ty });
         }
         keys
+    }
+
+    /// Whether the key comes in a u32-packed and a native-f16 variant (a context compiles one
+    /// of the two).
+    pub fn has_f16_choice(&self) -> bool {
+        match *self {
+            KernelKey::Matvec { ty, .. } | KernelKey::Embedding { ty, .. } => ty.has_f16_variant(),
+            KernelKey::RmsNorm { .. }
+            | KernelKey::Softmax { .. }
+            | KernelKey::Rope
+            | KernelKey::Swiglu
+            | KernelKey::Add
+            | KernelKey::AddBias
+            | KernelKey::Argmax
+            | KernelKey::KvStore
+            | KernelKey::AttentionSplit { .. }
+            | KernelKey::AttentionCombine { .. }
+            | KernelKey::AttentionPrefill
+            | KernelKey::Matmul { .. } => false,
+        }
+    }
+
+    /// Whether the shader uses native f16 arithmetic (`enable f16;`: needs `SHADER_F16`).
+    /// `f16: true` on a format without an f16 fragment (not in `all()`) composes the portable
+    /// shader, so it does not count.
+    pub fn uses_f16(&self) -> bool {
+        match *self {
+            KernelKey::Matvec { ty, f16, .. } | KernelKey::Embedding { ty, f16 } => {
+                f16 && ty.has_f16_variant()
+            }
+            KernelKey::RmsNorm { .. }
+            | KernelKey::Softmax { .. }
+            | KernelKey::Rope
+            | KernelKey::Swiglu
+            | KernelKey::Add
+            | KernelKey::AddBias
+            | KernelKey::Argmax
+            | KernelKey::KvStore
+            | KernelKey::AttentionSplit { .. }
+            | KernelKey::AttentionCombine { .. }
+            | KernelKey::AttentionPrefill
+            | KernelKey::Matmul { .. } => false,
+        }
     }
 
     /// Whether the key comes in a workgroup-memory and a subgroup variant (a context compiles
@@ -218,12 +301,13 @@ impl KernelKey {
         }
     }
 
-    /// A label for pipelines and messages, e.g. `matvec_q4_0_sg`.
+    /// A label for pipelines and messages, e.g. `matvec_q4_0_sg_f16`.
     pub fn label(&self) -> String {
         let sg = if self.uses_subgroups() { "_sg" } else { "" };
+        let h = if self.uses_f16() { "_f16" } else { "" };
         match *self {
             KernelKey::Matvec { ty, .. } => {
-                format!("matvec_{}{sg}", ty.ggml().name().to_lowercase())
+                format!("matvec_{}{sg}{h}", ty.ggml().name().to_lowercase())
             }
             KernelKey::Matmul { ty } => format!("matmul_{}", ty.ggml().name().to_lowercase()),
             KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
@@ -233,8 +317,8 @@ impl KernelKey {
             KernelKey::AddBias => "add_bias".into(),
             KernelKey::Softmax { .. } => format!("softmax{sg}"),
             KernelKey::Argmax => "argmax".into(),
-            KernelKey::Embedding { ty } => {
-                format!("embedding_{}", ty.ggml().name().to_lowercase())
+            KernelKey::Embedding { ty, .. } => {
+                format!("embedding_{}{h}", ty.ggml().name().to_lowercase())
             }
             KernelKey::KvStore => "kv_store".into(),
             KernelKey::AttentionSplit { .. } => format!("attention_split{sg}"),
@@ -243,7 +327,8 @@ impl KernelKey {
         }
     }
 
-    /// The composed WGSL module (entry point `main`).
+    /// The composed WGSL module (entry point `main`). A native-f16 variant's module starts
+    /// with its quant fragment, whose first line is `enable f16;`.
     pub fn source(&self) -> String {
         let reduce = if self.uses_subgroups() {
             REDUCE_SUBGROUP
@@ -251,12 +336,18 @@ impl KernelKey {
             REDUCE_WORKGROUP
         };
         let parts: Vec<&str> = match *self {
-            KernelKey::Matvec { ty, .. } => vec![reduce, ty.fragment(), MATVEC],
             KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
+            KernelKey::Matvec { ty, .. } => match ty.f16_fragment() {
+                Some(q) if self.uses_f16() => vec![q, reduce, MATVEC],
+                _ => vec![reduce, ty.fragment(), MATVEC],
+            },
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
             KernelKey::Argmax => vec![REDUCE_WORKGROUP, ARGMAX],
-            KernelKey::Embedding { ty } => vec![REDUCE_WORKGROUP, ty.fragment(), EMBEDDING],
+            KernelKey::Embedding { ty, .. } => match ty.f16_fragment() {
+                Some(q) if self.uses_f16() => vec![q, REDUCE_WORKGROUP, EMBEDDING],
+                _ => vec![REDUCE_WORKGROUP, ty.fragment(), EMBEDDING],
+            },
             KernelKey::Rope => vec![ROPE],
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],

@@ -191,16 +191,15 @@ pub fn upload_split(
         .and_then(|b| usize::try_from(b).ok())
         .ok_or_else(|| Error::Tensor {
             name: name.into(),
-            msg: format!("{cols} columns is not a whole number of {} blocks", g.name()),
+            msg: format!(
+                "{cols} columns is not a whole number of {} blocks",
+                g.name()
+            ),
         })?;
     if rows == 0 || data.len() != rows * row_bytes {
         return Err(Error::Tensor {
             name: name.into(),
-            msg: format!(
-                "{} bytes for [{rows}, {cols}] of {}",
-                data.len(),
-                g.name()
-            ),
+            msg: format!("{} bytes for [{rows}, {cols}] of {}", data.len(), g.name()),
         });
     }
     // The packed size of one row bounds every row's (block packing only rounds up per part).

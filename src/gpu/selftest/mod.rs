@@ -1,0 +1,365 @@
+//! `memwall selftest`: the driver check an app runs on first start. Every kernel variant the
+//! adapter can run (workgroup-memory reductions always, `subgroupAdd` ones with `SUBGROUP`,
+//! native-f16 ones with `SHADER_F16`) runs on seeded random inputs with outliers and odd sizes
+//! into NaN-poisoned outputs, and is compared with kernels-ref under a tolerance derived from
+//! the precision and the reduction length.
+//!
+//! Adding a kernel: give [`check_key`]'s `match` an arm calling a check fn in [`checks`] (the
+//! match has no wildcard arm, so a new [`KernelKey`] variant does not compile until it is
+//! covered). A check fn builds its inputs, runs the launch through [`prepare`] (which refuses a
+//! launch whose key is not the one under test) and feeds each result to a [`Worst`].
+
+mod checks;
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use crate::error::{Error, Result};
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{self, Dispatch, KernelOptions, Kernels, Launch};
+use crate::gpu::shaders::KernelKey;
+
+/// f32 unit roundoff (round to nearest).
+pub(crate) const U: f64 = 1.0 / (1u64 << 24) as f64;
+
+/// NaN guard elements appended to every output buffer: they must survive the kernel.
+pub(crate) const GUARDS: usize = 3;
+
+/// One kernel variant's result, as `memwall selftest` prints it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SelftestRow {
+    /// The op, e.g. `matvec`.
+    pub kernel: String,
+    /// The variant, e.g. `q4_0 subgroup` (see [`names`]).
+    pub variant: String,
+    /// Error of the element closest to its tolerance, over every case the check ran (NaN or
+    /// infinity for an unwritten element or an overwritten guard).
+    pub max_err: f64,
+    /// That element's tolerance.
+    pub tol: f64,
+    pub pass: bool,
+}
+
+/// Whether `ctx`'s device has the features `key` needs.
+pub fn runnable(ctx: &GpuContext, key: &KernelKey) -> bool {
+    (!key.uses_subgroups() || ctx.has_subgroups()) && (!key.uses_f16() || ctx.has_f16())
+}
+
+/// Every variant of [`KernelKey::all`] `ctx` can run, in that order.
+pub fn runnable_keys(ctx: &GpuContext) -> Vec<KernelKey> {
+    KernelKey::all()
+        .into_iter()
+        .filter(|k| runnable(ctx, k))
+        .collect()
+}
+
+/// The (kernel, variant) names of `key`'s row: the op, then the weight format, the
+/// reduction ("workgroup" or "subgroup") and "f16" (native-f16 weight decoding) where the key
+/// has them ("-" when it has none).
+pub fn names(key: &KernelKey) -> (String, String) {
+    let reduction = if key.uses_subgroups() {
+        "subgroup"
+    } else {
+        "workgroup"
+    };
+    let h = if key.uses_f16() { " f16" } else { "" };
+    let fmt = |ty: crate::gpu::WeightFormat| ty.ggml().name().to_lowercase();
+    let (kernel, variant) = match *key {
+        KernelKey::Matvec { ty, .. } => ("matvec", format!("{} {reduction}{h}", fmt(ty))),
+        KernelKey::RmsNorm { .. } => ("rmsnorm", reduction.to_string()),
+        KernelKey::Softmax { .. } => ("softmax", reduction.to_string()),
+        KernelKey::Rope => ("rope", "-".into()),
+        KernelKey::Swiglu => ("swiglu", "-".into()),
+        KernelKey::Add => ("add", "-".into()),
+        KernelKey::Argmax => ("argmax", "-".into()),
+        KernelKey::Embedding { ty, .. } => ("embedding", format!("{}{h}", fmt(ty))),
+        KernelKey::Matmul { ty } => ("matmul", fmt(ty)),
+        KernelKey::AddBias => ("add_bias", "-".into()),
+        KernelKey::KvStore => ("kv_store", "-".into()),
+        KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
+        KernelKey::AttentionCombine { .. } => ("attention_combine", reduction.to_string()),
+        KernelKey::AttentionPrefill => ("attention_prefill", "-".into()),
+    };
+    (kernel.to_string(), variant)
+}
+
+/// The worst element over a check's cases, judged by error / tolerance.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Worst {
+    ratio: f64,
+    err: f64,
+    tol: f64,
+    /// Whether any element was added.
+    seen: bool,
+}
+
+impl Worst {
+    pub(crate) fn new() -> Worst {
+        Worst {
+            ratio: 0.0,
+            err: 0.0,
+            tol: 0.0,
+            seen: false,
+        }
+    }
+
+    /// One element: |got - want| against `tol`. NaN (an unwritten element) is infinitely bad;
+    /// a zero tolerance demands an exact result.
+    pub(crate) fn add(&mut self, got: f64, want: f64, tol: f64) {
+        let err = if got == want { 0.0 } else { (got - want).abs() };
+        let ratio = if err.is_nan() {
+            f64::INFINITY
+        } else if err == 0.0 {
+            0.0
+        } else if tol == 0.0 {
+            f64::INFINITY
+        } else {
+            err / tol
+        };
+        if !self.seen || ratio > self.ratio || (ratio == self.ratio && err > self.err) {
+            *self = Worst {
+                ratio,
+                err,
+                tol,
+                seen: true,
+            };
+        }
+    }
+
+    /// Every element of `got` against `want`, element `i` with tolerance `tol(i)`.
+    pub(crate) fn add_all(&mut self, got: &[f32], want: &[f32], tol: impl Fn(usize) -> f64) {
+        for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
+            self.add(f64::from(g), f64::from(w), tol(i));
+        }
+        if got.len() != want.len() {
+            self.fail();
+        }
+    }
+
+    /// Something no tolerance covers (an overwritten guard element).
+    pub(crate) fn fail(&mut self) {
+        self.ratio = f64::INFINITY;
+        self.err = f64::INFINITY;
+        self.seen = true;
+    }
+
+    fn row(&self, key: &KernelKey) -> SelftestRow {
+        let (kernel, variant) = names(key);
+        SelftestRow {
+            kernel,
+            variant,
+            max_err: self.err,
+            tol: self.tol,
+            // A check that compared nothing proves nothing.
+            pass: self.seen && self.ratio <= 1.0,
+        }
+    }
+}
+
+/// Creates `launch`'s dispatch, refusing one for another kernel than `key` (so a row always
+/// names the variant that actually ran).
+pub(crate) fn prepare(
+    ctx: &GpuContext,
+    ks: &Kernels,
+    launch: Launch<'_>,
+    key: KernelKey,
+) -> Result<Dispatch> {
+    if launch.key != key {
+        return Err(Error::Gpu(format!(
+            "selftest of {} built a launch of {}",
+            key.label(),
+            launch.key.label()
+        )));
+    }
+    ks.prepare(ctx, launch)
+}
+
+/// An f32 buffer holding `v` followed by [`GUARDS`] NaNs.
+pub(crate) fn poisoned(ctx: &GpuContext, label: &str, v: &[f32]) -> Result<wgpu::Buffer> {
+    let mut p = v.to_vec();
+    p.extend([f32::NAN; GUARDS]);
+    kernels::upload_f32(ctx, label, &p)
+}
+
+/// Runs `d`, reads `n` results of `buf` and its guards; an overwritten guard fails `w`.
+pub(crate) fn run_read(
+    ctx: &GpuContext,
+    d: &Dispatch,
+    buf: &wgpu::Buffer,
+    n: usize,
+    w: &mut Worst,
+) -> Result<Vec<f32>> {
+    kernels::run(ctx, &[d])?;
+    let mut got = kernels::read_f32(ctx, buf, n + GUARDS)?;
+    if !got[n..].iter().all(|v| v.is_nan()) {
+        w.fail();
+    }
+    got.truncate(n);
+    Ok(got)
+}
+
+/// xorshift64*, seeded: the same inputs on every run and machine.
+pub(crate) struct Rng(pub(crate) u64);
+
+impl Rng {
+    pub(crate) fn uniform(&mut self) -> f64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// Roughly normal values scaled by `scale`; every 97th is a 50x outlier (activation
+    /// outliers are real, and they stress the tolerances).
+    pub(crate) fn values(&mut self, n: usize, scale: f64) -> Vec<f32> {
+        (0..n)
+            .map(|i| {
+                let v = (self.uniform() + self.uniform() + self.uniform() - 1.5) * scale;
+                (if i % 97 == 13 { v * 50.0 } else { v }) as f32
+            })
+            .collect()
+    }
+}
+
+/// The options of the [`Kernels`] set that launches `key`.
+fn options(key: &KernelKey) -> KernelOptions {
+    KernelOptions {
+        subgroup: key.uses_subgroups(),
+        f16: key.uses_f16(),
+    }
+}
+
+/// Runs `key`'s check. One arm per kernel, no wildcard: a new variant must be added here.
+fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+    match key {
+        KernelKey::Matvec { ty, .. } => checks::matvec(ctx, ks, key, ty),
+        KernelKey::RmsNorm { .. } => checks::rms_norm(ctx, ks, key),
+        KernelKey::Softmax { .. } => checks::softmax(ctx, ks, key),
+        KernelKey::Rope => checks::rope(ctx, ks, key),
+        KernelKey::Swiglu => checks::swiglu(ctx, ks, key),
+        KernelKey::Add => checks::add(ctx, ks, key),
+        KernelKey::Argmax => checks::argmax(ctx, ks, key),
+        KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
+        KernelKey::Matmul { .. }
+        | KernelKey::AddBias
+        | KernelKey::KvStore
+        | KernelKey::AttentionSplit { .. }
+        | KernelKey::AttentionCombine { .. }
+        | KernelKey::AttentionPrefill => Err(Error::Gpu(format!(
+            "selftest has no check for {} yet",
+            key.label()
+        ))),
+    }
+}
+
+/// Checks every kernel variant `ctx` can run against kernels-ref, one row per variant (in
+/// [`KernelKey::all`]'s order). A kernel that computes wrong values gives a failing row; a
+/// GPU error (compilation, validation, device loss) is an `Err` naming the kernel.
+pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
+    let mut sets: HashMap<KernelOptions, Kernels> = HashMap::new();
+    let mut rows = Vec::new();
+    for key in runnable_keys(ctx) {
+        let opts = options(&key);
+        let ks = match sets.entry(opts) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(Kernels::with_config(ctx, opts)?)
+            }
+        };
+        let max_groups = ks.max_groups_per_dim;
+        let r = check_key(ctx, ks, key);
+        // Checks lower the grid limit for their 2-D dispatch case; the next one starts afresh.
+        ks.max_groups_per_dim = max_groups;
+        let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
+        rows.push(w.row(&key));
+    }
+    Ok(rows)
+}
+
+/// `rows` as the table `memwall selftest` prints.
+pub fn table(rows: &[SelftestRow]) -> String {
+    let mut s = String::new();
+    let kw = rows
+        .iter()
+        .map(|r| r.kernel.len())
+        .chain([6])
+        .max()
+        .unwrap_or(6);
+    let vw = rows
+        .iter()
+        .map(|r| r.variant.len())
+        .chain([7])
+        .max()
+        .unwrap_or(7);
+    // Writing to a String cannot fail.
+    let _ = writeln!(
+        s,
+        "{:kw$}  {:vw$}  {:>10}  {:>10}  result",
+        "kernel", "variant", "max error", "tolerance"
+    );
+    for r in rows {
+        let _ = writeln!(
+            s,
+            "{:kw$}  {:vw$}  {:>10.3e}  {:>10.3e}  {}",
+            r.kernel,
+            r.variant,
+            r.max_err,
+            r.tol,
+            if r.pass { "pass" } else { "FAIL" }
+        );
+    }
+    let failed = rows.iter().filter(|r| !r.pass).count();
+    let _ = writeln!(
+        s,
+        "{} variants, {} passed, {failed} failed",
+        rows.len(),
+        rows.len() - failed
+    );
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn worst_keeps_the_element_closest_to_failing() {
+        let mut w = Worst::new();
+        w.add(1.0, 1.0, 0.0);
+        assert!(w.ratio == 0.0);
+        w.add(1.5, 1.0, 1.0);
+        w.add(1.1, 1.0, 0.01);
+        assert!((w.err - 0.1).abs() < 1e-12 && w.tol == 0.01 && w.ratio > 1.0);
+        let mut w = Worst::new();
+        w.add(f64::NAN, 1.0, 1e9);
+        assert!(w.ratio.is_infinite() && !w.row(&KernelKey::Add).pass);
+        let mut w = Worst::new();
+        w.add(2.0, 1.0, 0.0);
+        assert!(!w.row(&KernelKey::Add).pass);
+        let mut w = Worst::new();
+        w.add_all(&[1.0, 2.0], &[1.0, 2.0], |_| 0.0);
+        assert!(w.row(&KernelKey::Add).pass);
+        w.fail();
+        assert!(!w.row(&KernelKey::Add).pass);
+    }
+
+    #[test]
+    fn names_are_distinct() {
+        let all = KernelKey::all();
+        let set: std::collections::HashSet<_> = all.iter().map(names).collect();
+        assert_eq!(set.len(), all.len());
+    }
+
+    #[test]
+    fn table_marks_failures() {
+        let row = |pass| SelftestRow {
+            kernel: "add".into(),
+            variant: "-".into(),
+            max_err: 0.0,
+            tol: 0.0,
+            pass,
+        };
+        let t = table(&[row(true), row(false)]);
+        assert!(t.contains("pass") && t.contains("FAIL") && t.contains("1 failed"));
+    }
+}
