@@ -44,6 +44,15 @@ struct KvLayer {
     v: wgpu::Buffer,
 }
 
+impl Drop for GpuBackend {
+    fn drop(&mut self) {
+        // Profiling is a developer switch: its report goes to stderr when the session ends.
+        if let Some(r) = self.rec.profile_report() {
+            eprint!("{r}");
+        }
+    }
+}
+
 pub struct GpuBackend {
     m: Arc<GpuModel>,
     rec: Recorder,
@@ -129,6 +138,11 @@ impl GpuBackend {
 
     pub fn model(&self) -> &Arc<GpuModel> {
         &self.m
+    }
+
+    /// Per-kernel timings when `MEMWALL_GPU_PROFILE=1` (see [`Recorder`]).
+    pub fn profile_report(&self) -> Option<String> {
+        self.rec.profile_report()
     }
 
     /// Launches recorded, submissions made and bind groups cached so far.

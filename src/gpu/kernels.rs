@@ -72,6 +72,10 @@ pub struct Kernels {
     /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
     /// the 2-D dispatch that very tall matrices (large vocabularies) need.
     pub max_groups_per_dim: u32,
+    /// Matvec launches use `MatvecRows` (one invocation per row, no barriers) instead of the
+    /// workgroup-reduction `Matvec`: chosen for CPU-like adapters (lavapipe runs a 64-wide
+    /// workgroup as 8 SIMD passes and pays dearly for every barrier). Tests set it either way.
+    pub matvec_rows: bool,
 }
 
 /// One prepared kernel launch: encode it into any compute pass, as often as needed.
@@ -448,6 +452,7 @@ impl Kernels {
             f16,
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
+            matvec_rows: ctx.info.device_type == "Cpu",
         })
     }
 
@@ -556,7 +561,12 @@ impl Kernels {
         }
         let rows = to_u32(w.rows, "rows")?;
         let cols = to_u32(w.cols, "cols")?;
-        let row_groups = rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP).max(1);
+        let per_group = if self.matvec_rows {
+            self.workgroup_size
+        } else {
+            MATVEC_ROWS_PER_WORKGROUP
+        };
+        let row_groups = rows.div_ceil(per_group).max(1);
         let total = row_groups
             .checked_mul(to_u32(n_tokens, "n_tokens")?)
             .ok_or_else(|| Error::Gpu("matvec: too many workgroups".into()))?;
@@ -571,10 +581,14 @@ impl Kernels {
             row_offset: to_u32(row_offset, "row_offset")?,
             row_groups,
         };
-        let key = KernelKey::Matvec {
-            ty: w.ty,
-            subgroup: self.subgroup,
-            f16: self.f16 && w.ty.has_f16_variant(),
+        let key = if self.matvec_rows {
+            KernelKey::MatvecRows { ty: w.ty }
+        } else {
+            KernelKey::Matvec {
+                ty: w.ty,
+                subgroup: self.subgroup,
+                f16: self.f16 && w.ty.has_f16_variant(),
+            }
         };
         let mut bufs = vec![(0, &w.quants)];
         if let Some(s) = &w.scales {

@@ -45,6 +45,10 @@ pub struct Recorder {
     /// Launches recorded and submissions made, for tests and profiling.
     pub n_launches: u64,
     pub n_submits: u64,
+    /// Per-kernel (launches, seconds) when profiling (`MEMWALL_GPU_PROFILE=1`): every launch
+    /// is then submitted and waited for alone, so the figures are wall-clock per kernel
+    /// (slower overall, but it works on adapters without timestamp queries).
+    pub profile: Option<HashMap<String, (u64, f64)>>,
 }
 
 impl Recorder {
@@ -64,6 +68,9 @@ impl Recorder {
             bind_groups: HashMap::new(),
             n_launches: 0,
             n_submits: 0,
+            profile: std::env::var("MEMWALL_GPU_PROFILE")
+                .is_ok_and(|v| v == "1")
+                .then(HashMap::new),
         })
     }
 
@@ -139,7 +146,37 @@ impl Recorder {
             groups: launch.groups,
         });
         self.n_launches += 1;
+        if self.profile.is_some() {
+            let t = std::time::Instant::now();
+            self.flush(ctx)?;
+            ctx.device
+                .poll(wgpu::PollType::wait_indefinitely())
+                .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+            let dt = t.elapsed().as_secs_f64();
+            if let Some(p) = self.profile.as_mut() {
+                let e = p.entry(launch.key.label()).or_insert((0, 0.0));
+                e.0 += 1;
+                e.1 += dt;
+            }
+        }
         Ok(())
+    }
+
+    /// The profile as lines `kernel launches total_ms ms_per_launch`, slowest first.
+    pub fn profile_report(&self) -> Option<String> {
+        let p = self.profile.as_ref()?;
+        let mut v: Vec<_> = p.iter().collect();
+        v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        let total: f64 = v.iter().map(|e| e.1 .1).sum();
+        let mut s = format!("GPU profile: {:.1} ms in all\n", total * 1e3);
+        for (k, (n, t)) in v {
+            s += &format!(
+                "{k:28} {n:7} launches {:10.1} ms {:8.3} ms each\n",
+                t * 1e3,
+                t * 1e3 / *n as f64
+            );
+        }
+        Some(s)
     }
 
     /// Appends a buffer-to-buffer copy (between compute passes, in order).

@@ -26,6 +26,7 @@ const QUANT_Q4_1_F16: &str = include_str!("../../shaders/quant/f16/q4_1.wgsl");
 const QUANT_Q8_0_F16: &str = include_str!("../../shaders/quant/f16/q8_0.wgsl");
 const QUANT_F16_F16: &str = include_str!("../../shaders/quant/f16/f16.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
+const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
@@ -147,6 +148,9 @@ pub const QK: u32 = 32;
 /// One composed compute shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
+    /// `shaders/matvec_rows.wgsl`: one invocation per row, no reduction or barrier (for
+    /// CPU-like adapters, where barriers are expensive).
+    MatvecRows { ty: WeightFormat },
     /// `shaders/matmul.wgsl` (tiled prefill matmul) over weights in `ty` (no reduction).
     Matmul { ty: WeightFormat },
     /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction;
@@ -221,6 +225,7 @@ impl KernelKey {
         }
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Matmul { ty });
+            keys.push(KernelKey::MatvecRows { ty });
         }
         keys
     }
@@ -241,7 +246,8 @@ impl KernelKey {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill
-            | KernelKey::Matmul { .. } => false,
+            | KernelKey::Matmul { .. }
+            | KernelKey::MatvecRows { .. } => false,
         }
     }
 
@@ -264,7 +270,8 @@ impl KernelKey {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill
-            | KernelKey::Matmul { .. } => false,
+            | KernelKey::Matmul { .. }
+            | KernelKey::MatvecRows { .. } => false,
         }
     }
 
@@ -297,7 +304,8 @@ impl KernelKey {
             | KernelKey::Embedding { .. }
             | KernelKey::KvStore
             | KernelKey::AttentionPrefill
-            | KernelKey::Matmul { .. } => false,
+            | KernelKey::Matmul { .. }
+            | KernelKey::MatvecRows { .. } => false,
         }
     }
 
@@ -310,6 +318,9 @@ impl KernelKey {
                 format!("matvec_{}{sg}{h}", ty.ggml().name().to_lowercase())
             }
             KernelKey::Matmul { ty } => format!("matmul_{}", ty.ggml().name().to_lowercase()),
+            KernelKey::MatvecRows { ty } => {
+                format!("matvec_rows_{}", ty.ggml().name().to_lowercase())
+            }
             KernelKey::RmsNorm { .. } => format!("rmsnorm{sg}"),
             KernelKey::Rope => "rope".into(),
             KernelKey::Swiglu => "swiglu".into(),
@@ -337,6 +348,7 @@ impl KernelKey {
         };
         let parts: Vec<&str> = match *self {
             KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
+            KernelKey::MatvecRows { ty } => vec![ty.fragment(), MATVEC_ROWS],
             KernelKey::Matvec { ty, .. } => match ty.f16_fragment() {
                 Some(q) if self.uses_f16() => vec![q, reduce, MATVEC],
                 _ => vec![reduce, ty.fragment(), MATVEC],

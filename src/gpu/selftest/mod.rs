@@ -74,6 +74,7 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::Argmax => ("argmax", "-".into()),
         KernelKey::Embedding { ty, .. } => ("embedding", format!("{}{h}", fmt(ty))),
         KernelKey::Matmul { ty } => ("matmul", fmt(ty)),
+        KernelKey::MatvecRows { ty } => ("matvec_rows", fmt(ty)),
         KernelKey::AddBias => ("add_bias", "-".into()),
         KernelKey::KvStore => ("kv_store", "-".into()),
         KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
@@ -241,6 +242,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::Argmax => checks::argmax(ctx, ks, key),
         KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
         KernelKey::Matmul { .. }
+        | KernelKey::MatvecRows { .. }
         | KernelKey::AddBias
         | KernelKey::KvStore
         | KernelKey::AttentionSplit { .. }
