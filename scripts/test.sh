@@ -11,3 +11,4 @@ cargo test --workspace --profile ci
 # The portable path (no f16, no subgroups) through GL on llvmpipe.
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kernels
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_ops
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_q8act

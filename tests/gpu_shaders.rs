@@ -97,6 +97,10 @@ fn all_lists_every_variant_once() {
         for ty in WeightFormat::ALL {
             want.insert(KernelKey::Matvec { ty, subgroup });
         }
+        // The integer path exists exactly for the formats the CPU multiplies in integers.
+        for ty in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+            want.insert(KernelKey::MatvecQ8 { ty, subgroup });
+        }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
     }
@@ -106,6 +110,7 @@ fn all_lists_every_variant_once() {
         KernelKey::Swiglu,
         KernelKey::Add,
         KernelKey::Argmax,
+        KernelKey::QuantizeAct,
     ] {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
@@ -124,7 +129,9 @@ fn all_lists_every_variant_once() {
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => {}
+            | KernelKey::Embedding { .. }
+            | KernelKey::QuantizeAct
+            | KernelKey::MatvecQ8 { .. } => {}
         }
     }
     assert_eq!(set, want);

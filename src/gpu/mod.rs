@@ -6,10 +6,12 @@
 //! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
 //! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
 //!   argmax, embedding lookup).
+//! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
 
 pub mod device;
 pub mod kernels;
 pub mod ops;
+pub mod q8act;
 pub mod repack;
 pub mod shaders;
 

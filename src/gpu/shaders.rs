@@ -11,12 +11,28 @@ use kernels_ref::GgmlType;
 
 const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
-const QUANT_Q4_0: &str = include_str!("../../shaders/quant/q4_0.wgsl");
-const QUANT_Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
-const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
+// The formats with an integer path carry the shared `struct QChunk` (quant/chunk.wgsl) ahead of
+// their fragment, since their `dq_chunk` names it: every module that includes them stays valid.
+const QUANT_Q4_0: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q4_0.wgsl")
+);
+const QUANT_Q4_1: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q4_1.wgsl")
+);
+const QUANT_Q8_0: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q8_0.wgsl")
+);
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
+const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
@@ -78,6 +94,15 @@ impl WeightFormat {
         )
     }
 
+    /// Whether the format's fragment has `dq_chunk`, the integer path of `KernelKey::MatvecQ8`
+    /// (float weights keep the f32 matvec, as on the CPU).
+    pub fn has_q8_path(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+        )
+    }
+
     fn fragment(self) -> &'static str {
         match self {
             WeightFormat::Q4_0 => QUANT_Q4_0,
@@ -112,6 +137,11 @@ pub enum KernelKey {
     Argmax,
     /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction).
     Embedding { ty: WeightFormat },
+    /// `shaders/quantize_act.wgsl`: f32 activations to int8 chunks of 32 (no reduction).
+    QuantizeAct,
+    /// `shaders/matvec_q8.wgsl` over weights in `ty` (one with `WeightFormat::has_q8_path`)
+    /// and int8 activations; `subgroup` picks `subgroupAdd` reduction.
+    MatvecQ8 { ty: WeightFormat, subgroup: bool },
 }
 
 impl KernelKey {
@@ -121,6 +151,9 @@ impl KernelKey {
         for subgroup in [false, true] {
             for ty in WeightFormat::ALL {
                 keys.push(KernelKey::Matvec { ty, subgroup });
+                if ty.has_q8_path() {
+                    keys.push(KernelKey::MatvecQ8 { ty, subgroup });
+                }
             }
             keys.push(KernelKey::RmsNorm { subgroup });
             keys.push(KernelKey::Softmax { subgroup });
@@ -130,6 +163,7 @@ impl KernelKey {
             KernelKey::Swiglu,
             KernelKey::Add,
             KernelKey::Argmax,
+            KernelKey::QuantizeAct,
         ]);
         for ty in WeightFormat::ALL {
             keys.push(KernelKey::Embedding { ty });
@@ -142,7 +176,10 @@ impl KernelKey {
     pub fn has_reduction_choice(&self) -> bool {
         matches!(
             self,
-            KernelKey::Matvec { .. } | KernelKey::RmsNorm { .. } | KernelKey::Softmax { .. }
+            KernelKey::Matvec { .. }
+                | KernelKey::MatvecQ8 { .. }
+                | KernelKey::RmsNorm { .. }
+                | KernelKey::Softmax { .. }
         )
     }
 
@@ -150,13 +187,15 @@ impl KernelKey {
     pub fn uses_subgroups(&self) -> bool {
         match *self {
             KernelKey::Matvec { subgroup, .. }
+            | KernelKey::MatvecQ8 { subgroup, .. }
             | KernelKey::RmsNorm { subgroup }
             | KernelKey::Softmax { subgroup } => subgroup,
             KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
             | KernelKey::Argmax
-            | KernelKey::Embedding { .. } => false,
+            | KernelKey::Embedding { .. }
+            | KernelKey::QuantizeAct => false,
         }
     }
 
@@ -175,6 +214,10 @@ impl KernelKey {
             KernelKey::Argmax => "argmax".into(),
             KernelKey::Embedding { ty } => {
                 format!("embedding_{}", ty.ggml().name().to_lowercase())
+            }
+            KernelKey::QuantizeAct => "quantize_act".into(),
+            KernelKey::MatvecQ8 { ty, .. } => {
+                format!("matvec_q8_{}{sg}", ty.ggml().name().to_lowercase())
             }
         }
     }
@@ -195,6 +238,8 @@ impl KernelKey {
             KernelKey::Rope => vec![ROPE],
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],
+            KernelKey::QuantizeAct => vec![QUANTIZE_ACT],
+            KernelKey::MatvecQ8 { ty, .. } => vec![reduce, ty.fragment(), MATVEC_Q8],
         };
         parts.join("\n")
     }
@@ -277,6 +322,38 @@ pub struct EmbeddingParams {
     pub groups_x: u32,
 }
 
+/// Uniform parameters of `shaders/quantize_act.wgsl` (`struct QuantizeActParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct QuantizeActParams {
+    /// n_tokens * cols / 32
+    pub n_chunks: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// Uniform parameters of `shaders/matvec_q8.wgsl` (`struct MatvecQ8Params`; the same fields
+/// as the f32 batched matvec's).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatvecQ8Params {
+    pub rows: u32,
+    pub cols: u32,
+    /// cols / 32: chunks per row
+    pub blocks_per_row: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub n_tokens: u32,
+    /// row length of y (at least row_offset + rows)
+    pub y_stride: u32,
+    /// first row of y written (a matrix split by rows across bindings)
+    pub row_offset: u32,
+    /// workgroups per token: ceil(rows / ROWS)
+    pub row_groups: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
@@ -284,3 +361,5 @@ const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 16);
+const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
+const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 32);
