@@ -705,40 +705,42 @@ fn launches_check_their_arguments() {
 #[test]
 #[ignore]
 fn bench_matvec_q8_against_f32() {
-    const REPS: usize = 200;
     let ctx = context();
-    let k = Kernels::new(&ctx).unwrap();
+    for k in kernel_sets(&ctx) {
+        bench_one(&ctx, &k);
+    }
+}
+
+fn bench_one(ctx: &GpuContext, k: &Kernels) {
+    const REPS: usize = 50;
     let (rows, cols) = (1536, 576);
     let mut rng = Rng(0xBE);
     let data =
         kernels_ref::quantize(kernels_ref::GgmlType::Q4_1, &rng.values(rows * cols, 2.0)).unwrap();
-    let m = kernels::upload_matrix(
-        &ctx,
-        &repack(WeightFormat::Q4_1, &data, rows, cols).unwrap(),
-    )
-    .unwrap();
+    let m = kernels::upload_matrix(ctx, &repack(WeightFormat::Q4_1, &data, rows, cols).unwrap())
+        .unwrap();
     let x = rng.values(cols, 2.0);
-    let xb = kernels::upload_f32(&ctx, "x", &x).unwrap();
-    let qx = kernels::upload_u32(&ctx, "qx", &vec![0; qx_words(1, cols)]).unwrap();
-    let qd = kernels::upload_f32(&ctx, "qd", &vec![0.0; 4 * qd_vec4s(1, cols)]).unwrap();
-    let yq = kernels::upload_f32(&ctx, "yq", &vec![0.0; rows]).unwrap();
-    let yf = kernels::upload_f32(&ctx, "yf", &vec![0.0; rows]).unwrap();
+    let xb = kernels::upload_f32(ctx, "x", &x).unwrap();
+    let qx = kernels::upload_u32(ctx, "qx", &vec![0; qx_words(1, cols)]).unwrap();
+    let qd = kernels::upload_f32(ctx, "qd", &vec![0.0; 4 * qd_vec4s(1, cols)]).unwrap();
+    let yq = kernels::upload_f32(ctx, "yq", &vec![0.0; rows]).unwrap();
+    let yf = kernels::upload_f32(ctx, "yf", &vec![0.0; rows]).unwrap();
     let dq = k
-        .prepare(&ctx, k.quantize_act_launch(&xb, &qx, &qd, 1, cols).unwrap())
+        .prepare(ctx, k.quantize_act_launch(&xb, &qx, &qd, 1, cols).unwrap())
         .unwrap();
     let dm = k
         .prepare(
-            &ctx,
+            ctx,
             k.matvec_q8_launch(&m, &qx, &qd, &yq, 1, rows, 0).unwrap(),
         )
         .unwrap();
-    let df = k.matvec(&ctx, &m, &xb, &yf).unwrap();
+    let df = k.matvec(ctx, &m, &xb, &yf).unwrap();
     let time = |ds: Vec<&kernels::Dispatch>| -> f64 {
-        kernels::run(&ctx, &ds).unwrap();
+        kernels::run(ctx, &ds).unwrap();
         let mut v: Vec<f64> = (0..5)
             .map(|_| {
                 let t = std::time::Instant::now();
-                kernels::run(&ctx, &ds).unwrap();
+                kernels::run(ctx, &ds).unwrap();
                 t.elapsed().as_secs_f64() / REPS as f64
             })
             .collect();
@@ -752,8 +754,8 @@ fn bench_matvec_q8_against_f32() {
     let t_q8 = time(q8);
     let t_quant = time(vec![&dq; REPS]);
     let t_f32 = time(vec![&df; REPS]);
-    let a = kernels::read_f32(&ctx, &yq, rows).unwrap();
-    let b = kernels::read_f32(&ctx, &yf, rows).unwrap();
+    let a = kernels::read_f32(ctx, &yq, rows).unwrap();
+    let b = kernels::read_f32(ctx, &yf, rows).unwrap();
     let diff = a
         .iter()
         .zip(&b)

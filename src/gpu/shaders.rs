@@ -3,8 +3,10 @@
 //! fragment is ordinary WGSL; tunables are WGSL `override` constants set at pipeline creation.
 //!
 //! Composition order: reduction (`shaders/reduce/*.wgsl`: `override WG`, `fn wg_sum`), then the
-//! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`), then
-//! the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry point).
+//! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`; the
+//! formats with an integer path also `fn dq_chunk`, preceded by `shaders/quant/chunk.wgsl`'s
+//! `struct QChunk`), then the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry
+//! point).
 
 use bytemuck::{Pod, Zeroable};
 use kernels_ref::GgmlType;
