@@ -257,8 +257,7 @@ pub fn reflect_bindings(label: &str, src: &str) -> Result<Vec<wgpu::BindGroupLay
     let mut uniforms = 0;
     for (_, var) in module.global_variables.iter() {
         let Some(rb) = &var.binding else { continue };
-        let bad =
-            |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
+        let bad = |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
         if rb.group != 0 {
             return Err(bad("only bind group 0 is used"));
         }
@@ -344,12 +343,12 @@ impl Kernels {
             let src = key.source();
             let entries = reflect_bindings(&label, &src)?;
             let pipeline = ctx.scoped(&format!("compile {label}"), || {
-                let layout =
-                    ctx.device
-                        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                            label: Some(&label),
-                            entries: &entries,
-                        });
+                let layout = ctx
+                    .device
+                    .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some(&label),
+                        entries: &entries,
+                    });
                 let pipeline_layout =
                     ctx.device
                         .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
@@ -363,20 +362,20 @@ impl Kernels {
                         label: Some(&label),
                         source: wgpu::ShaderSource::Wgsl(Cow::Owned(src.clone())),
                     });
-                let pipeline =
-                    ctx.device
-                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                            label: Some(&label),
-                            layout: Some(&pipeline_layout),
-                            module: &module,
-                            entry_point: Some("main"),
-                            compilation_options: wgpu::PipelineCompilationOptions {
-                                constants: &constants,
-                                // Every kernel writes its workgroup memory before reading it.
-                                zero_initialize_workgroup_memory: false,
-                            },
-                            cache: None,
-                        });
+                let pipeline = ctx
+                    .device
+                    .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                        label: Some(&label),
+                        layout: Some(&pipeline_layout),
+                        module: &module,
+                        entry_point: Some("main"),
+                        compilation_options: wgpu::PipelineCompilationOptions {
+                            constants: &constants,
+                            // Every kernel writes its workgroup memory before reading it.
+                            zero_initialize_workgroup_memory: false,
+                        },
+                        cache: None,
+                    });
                 Ok(Pipeline { pipeline, layout })
             })?;
             pipelines.insert(key, pipeline);
