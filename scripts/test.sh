@@ -15,3 +15,4 @@ WGPU_BACKEND=gl cargo test --profile ci --test gpu_attention
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_matmul
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kquants
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_selftest
+WGPU_BACKEND=gl cargo test --profile ci --test gpu_q8act

@@ -152,6 +152,10 @@ fn all_lists_every_variant_once() {
                 f16: true,
             });
         }
+        // The integer path exists exactly for the formats the CPU multiplies in integers.
+        for ty in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+            want.insert(KernelKey::MatvecQ8 { ty, subgroup });
+        }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
         want.insert(KernelKey::AttentionSplit { subgroup });
@@ -166,14 +170,16 @@ fn all_lists_every_variant_once() {
         KernelKey::Argmax,
         KernelKey::KvStore,
         KernelKey::AttentionPrefill,
+        KernelKey::QuantizeAct,
     ] {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
     }
     for ty in WeightFormat::ALL {
-        let key = KernelKey::Matmul { ty };
-        assert!(!key.has_reduction_choice() && !key.uses_subgroups());
-        want.insert(key);
+        for key in [KernelKey::Matmul { ty }, KernelKey::MatvecRows { ty }] {
+            assert!(!key.has_reduction_choice() && !key.uses_subgroups());
+            want.insert(key);
+        }
         want.insert(KernelKey::Embedding { ty, f16: false });
     }
     for ty in f16_formats {
@@ -196,7 +202,10 @@ fn all_lists_every_variant_once() {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill
-            | KernelKey::Matmul { .. } => {}
+            | KernelKey::Matmul { .. }
+            | KernelKey::MatvecRows { .. }
+            | KernelKey::QuantizeAct
+            | KernelKey::MatvecQ8 { .. } => {}
         }
     }
     assert_eq!(set, want);

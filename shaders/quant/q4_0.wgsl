@@ -4,6 +4,10 @@
 //   fn dq_block(row, blk, cols) -> array<vec4<f32>, 8>
 //                                      the 32 weights of block `blk` of `row`, in column order;
 //                                      columns >= cols read as 0
+// and, for the formats with an integer path (q4_0, q4_1, q8_0; composed after chunk.wgsl):
+//   fn dq_chunk(row, chunk, cols) -> QChunk
+//                                      chunk `chunk` (32 columns) of `row` in the integer
+//                                      chunk model of src/cpu/formats.rs
 // Block (ggml): w = d * (q - 8), q a 4-bit code; elements 0..15 are the low nibbles of the 16
 // code bytes, elements 16..31 their high nibbles.
 
@@ -25,4 +29,22 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
         out[k + 4u] = d * (vec4<f32>((w >> vec4<u32>(4u)) & vec4<u32>(0xFu)) - 8.0);
     }
     return out;
+}
+
+// Integer path (shaders/quant/chunk.wgsl): u = the 4-bit codes, mul = 1, dw = d, c = -8 d
+// (src/cpu/formats.rs Q4_0). The low nibbles of code word k are elements 4k..4k+3, the high
+// nibbles elements 16+4k..; masking keeps each nibble in its own byte.
+fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
+    let g = row * (cols / QK) + chunk;
+    let d = unpack2x16float(ws[g >> 1u])[g & 1u];
+    var ch: QChunk;
+    for (var k = 0u; k < 4u; k++) {
+        let w = wq[g * 4u + k];
+        ch.u[k] = w & 0x0F0F0F0Fu;
+        ch.u[k + 4u] = (w >> 4u) & 0x0F0F0F0Fu;
+    }
+    ch.mul = vec2<i32>(1);
+    ch.dw = d;
+    ch.c = vec2<f32>(-8.0 * d);
+    return ch;
 }

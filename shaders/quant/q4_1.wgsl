@@ -22,3 +22,20 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     }
     return out;
 }
+
+// Integer path (shaders/quant/chunk.wgsl): u = the 4-bit codes, mul = 1, dw = d, c = m
+// (src/cpu/formats.rs Q4_1); nibbles as in q4_0.wgsl.
+fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
+    let g = row * (cols / QK) + chunk;
+    let dm = unpack2x16float(ws[g]);
+    var ch: QChunk;
+    for (var k = 0u; k < 4u; k++) {
+        let w = wq[g * 4u + k];
+        ch.u[k] = w & 0x0F0F0F0Fu;
+        ch.u[k + 4u] = (w >> 4u) & 0x0F0F0F0Fu;
+    }
+    ch.mul = vec2<i32>(1);
+    ch.dw = dm.x;
+    ch.c = vec2<f32>(dm.y);
+    return ch;
+}

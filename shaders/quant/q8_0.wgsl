@@ -21,3 +21,17 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     }
     return out;
 }
+
+// Integer path (shaders/quant/chunk.wgsl): u = the signed code bytes as stored, mul = 1,
+// dw = d, c = 0 (src/cpu/formats.rs Q8_0).
+fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
+    let g = row * (cols / QK) + chunk;
+    var ch: QChunk;
+    for (var k = 0u; k < 8u; k++) {
+        ch.u[k] = wq[g * 8u + k];
+    }
+    ch.mul = vec2<i32>(1);
+    ch.dw = unpack2x16float(ws[g >> 1u])[g & 1u];
+    ch.c = vec2<f32>(0.0);
+    return ch;
+}

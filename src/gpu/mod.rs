@@ -16,6 +16,7 @@
 //!   token loop.
 //! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
 //! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
+//! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
 
 pub mod attention;
 pub mod backend;
@@ -24,6 +25,7 @@ pub mod kernels;
 pub mod matmul;
 pub mod ops;
 pub mod recorder;
+pub mod q8act;
 pub mod repack;
 pub mod selftest;
 pub mod shaders;

@@ -8,17 +8,35 @@
 //! variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl` fragment instead, which
 //! starts with `enable f16;` and therefore goes first (a directive must precede every
 //! declaration; WGSL declarations may come in any order).
+//! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`; the
+//! formats with an integer path also `fn dq_chunk`, preceded by `shaders/quant/chunk.wgsl`'s
+//! `struct QChunk`), then the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry
+//! point).
 
 use bytemuck::{Pod, Zeroable};
 use kernels_ref::GgmlType;
 
 const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
-const QUANT_Q4_0: &str = include_str!("../../shaders/quant/q4_0.wgsl");
-const QUANT_Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
-const QUANT_Q8_0: &str = include_str!("../../shaders/quant/q8_0.wgsl");
 const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
 const QUANT_Q6_K: &str = include_str!("../../shaders/quant/q6_k.wgsl");
+// The formats with an integer path carry the shared `struct QChunk` (quant/chunk.wgsl) ahead of
+// their fragment, since their `dq_chunk` names it: every module that includes them stays valid.
+const QUANT_Q4_0: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q4_0.wgsl")
+);
+const QUANT_Q4_1: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q4_1.wgsl")
+);
+const QUANT_Q8_0: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q8_0.wgsl")
+);
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
 const QUANT_Q4_0_F16: &str = include_str!("../../shaders/quant/f16/q4_0.wgsl");
@@ -28,6 +46,8 @@ const QUANT_F16_F16: &str = include_str!("../../shaders/quant/f16/f16.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
+const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
@@ -110,6 +130,15 @@ impl WeightFormat {
         )
     }
 
+    /// Whether the format's fragment has `dq_chunk`, the integer path of `KernelKey::MatvecQ8`
+    /// (float weights keep the f32 matvec, as on the CPU).
+    pub fn has_q8_path(self) -> bool {
+        matches!(
+            self,
+            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+        )
+    }
+
     fn fragment(self) -> &'static str {
         match self {
             WeightFormat::Q4_0 => QUANT_Q4_0,
@@ -188,6 +217,11 @@ pub enum KernelKey {
     /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction); `f16` as for
     /// `Matvec`.
     Embedding { ty: WeightFormat, f16: bool },
+    /// `shaders/quantize_act.wgsl`: f32 activations to int8 chunks of 32 (no reduction).
+    QuantizeAct,
+    /// `shaders/matvec_q8.wgsl` over weights in `ty` (one with `WeightFormat::has_q8_path`)
+    /// and int8 activations; `subgroup` picks `subgroupAdd` reduction.
+    MatvecQ8 { ty: WeightFormat, subgroup: bool },
 }
 
 impl KernelKey {
@@ -200,6 +234,11 @@ impl KernelKey {
                     if !f16 || ty.has_f16_variant() {
                         keys.push(KernelKey::Matvec { ty, subgroup, f16 });
                     }
+                }
+            }
+            for ty in WeightFormat::ALL {
+                if ty.has_q8_path() {
+                    keys.push(KernelKey::MatvecQ8 { ty, subgroup });
                 }
             }
             keys.push(KernelKey::RmsNorm { subgroup });
@@ -215,6 +254,7 @@ impl KernelKey {
             KernelKey::Argmax,
             KernelKey::KvStore,
             KernelKey::AttentionPrefill,
+            KernelKey::QuantizeAct,
         ]);
         for f16 in [false, true] {
             for ty in WeightFormat::ALL {
@@ -247,7 +287,9 @@ impl KernelKey {
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill
             | KernelKey::Matmul { .. }
-            | KernelKey::MatvecRows { .. } => false,
+            | KernelKey::MatvecRows { .. }
+            | KernelKey::QuantizeAct
+            | KernelKey::MatvecQ8 { .. } => false,
         }
     }
 
@@ -271,7 +313,9 @@ impl KernelKey {
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill
             | KernelKey::Matmul { .. }
-            | KernelKey::MatvecRows { .. } => false,
+            | KernelKey::MatvecRows { .. }
+            | KernelKey::QuantizeAct
+            | KernelKey::MatvecQ8 { .. } => false,
         }
     }
 
@@ -285,6 +329,7 @@ impl KernelKey {
                 | KernelKey::Softmax { .. }
                 | KernelKey::AttentionSplit { .. }
                 | KernelKey::AttentionCombine { .. }
+                | KernelKey::MatvecQ8 { .. }
         )
     }
 
@@ -292,6 +337,7 @@ impl KernelKey {
     pub fn uses_subgroups(&self) -> bool {
         match *self {
             KernelKey::Matvec { subgroup, .. }
+            | KernelKey::MatvecQ8 { subgroup, .. }
             | KernelKey::RmsNorm { subgroup }
             | KernelKey::Softmax { subgroup }
             | KernelKey::AttentionSplit { subgroup }
@@ -306,6 +352,7 @@ impl KernelKey {
             | KernelKey::AttentionPrefill
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. } => false,
+            | KernelKey::QuantizeAct => false,
         }
     }
 
@@ -335,6 +382,10 @@ impl KernelKey {
             KernelKey::AttentionSplit { .. } => format!("attention_split{sg}"),
             KernelKey::AttentionCombine { .. } => format!("attention_combine{sg}"),
             KernelKey::AttentionPrefill => "attention_prefill".into(),
+            KernelKey::QuantizeAct => "quantize_act".into(),
+            KernelKey::MatvecQ8 { ty, .. } => {
+                format!("matvec_q8_{}{sg}", ty.ggml().name().to_lowercase())
+            }
         }
     }
 
@@ -368,6 +419,8 @@ impl KernelKey {
             KernelKey::AttentionSplit { .. } => vec![reduce, ATTENTION_SPLIT],
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
             KernelKey::AttentionPrefill => vec![ATTENTION_PREFILL],
+            KernelKey::QuantizeAct => vec![QUANTIZE_ACT],
+            KernelKey::MatvecQ8 { ty, .. } => vec![reduce, ty.fragment(), MATVEC_Q8],
         };
         parts.join("\n")
     }
@@ -533,6 +586,38 @@ pub struct AttentionParams {
     pub pad1: u32,
 }
 
+/// Uniform parameters of `shaders/quantize_act.wgsl` (`struct QuantizeActParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct QuantizeActParams {
+    /// n_tokens * cols / 32
+    pub n_chunks: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+}
+
+/// Uniform parameters of `shaders/matvec_q8.wgsl` (`struct MatvecQ8Params`; the same fields
+/// as the f32 batched matvec's).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatvecQ8Params {
+    pub rows: u32,
+    pub cols: u32,
+    /// cols / 32: chunks per row
+    pub blocks_per_row: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub n_tokens: u32,
+    /// row length of y (at least row_offset + rows)
+    pub y_stride: u32,
+    /// first row of y written (a matrix split by rows across bindings)
+    pub row_offset: u32,
+    /// workgroups per token: ceil(rows / ROWS)
+    pub row_groups: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
 const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
@@ -544,3 +629,5 @@ const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
 const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
+const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
+const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 32);

@@ -75,6 +75,8 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::Embedding { ty, .. } => ("embedding", format!("{}{h}", fmt(ty))),
         KernelKey::Matmul { ty } => ("matmul", fmt(ty)),
         KernelKey::MatvecRows { ty } => ("matvec_rows", fmt(ty)),
+        KernelKey::QuantizeAct => ("quantize_act", "-".into()),
+        KernelKey::MatvecQ8 { ty, .. } => ("matvec_q8", format!("{} {reduction}", fmt(ty))),
         KernelKey::AddBias => ("add_bias", "-".into()),
         KernelKey::KvStore => ("kv_store", "-".into()),
         KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
@@ -243,6 +245,8 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
         KernelKey::Matmul { .. }
         | KernelKey::MatvecRows { .. }
+        | KernelKey::QuantizeAct
+        | KernelKey::MatvecQ8 { .. }
         | KernelKey::AddBias
         | KernelKey::KvStore
         | KernelKey::AttentionSplit { .. }

@@ -1,0 +1,164 @@
+//! The GPU's integer matvec path, the CPU's scheme (src/cpu/act.rs, src/cpu/formats.rs): the
+//! activations are quantized once per matmul to int8 chunks of 32 (`shaders/quantize_act.wgsl`,
+//! bit-identical to `QAct::quantize_scalar`), and each quantized weight format's chunk dot
+//! product is computed in integers (`shaders/matvec_q8.wgsl`). GPU logits then differ from the
+//! CPU path's only by f32 summation order, and the matvec reads 4x fewer activation bytes.
+//!
+//! Buffers, for `n_tokens` rows of `cols` activations (`cols` a multiple of 32):
+//! - `qx`: `[n_tokens, cols / 4]` u32, four int8 codes per word, element 4k + j in byte j;
+//! - `qd`: `[n_tokens, cols / 32]` vec4<f32>: (d, d·Σq over elements 0..16, over 16..32, over
+//!   all 32) per chunk.
+
+use crate::error::{Error, Result};
+use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
+use crate::gpu::shaders::{KernelKey, MatvecQ8Params, QuantizeActParams, WeightFormat, QK};
+
+/// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
+/// f32 matvec, as on the CPU.
+pub fn q8_supported(ty: WeightFormat) -> bool {
+    ty.has_q8_path()
+}
+
+/// u32 words of `qx` for `n_tokens` rows of `cols` activations.
+pub fn qx_words(n_tokens: usize, cols: usize) -> usize {
+    n_tokens.saturating_mul(cols) / 4
+}
+
+/// vec4<f32> entries of `qd` (16 bytes each) for `n_tokens` rows of `cols` activations.
+pub fn qd_vec4s(n_tokens: usize, cols: usize) -> usize {
+    n_tokens.saturating_mul(cols) / QK as usize
+}
+
+/// Checks that `buf` holds at least `n` elements of `elem_bytes`.
+fn check(what: &str, buf: &wgpu::Buffer, n: usize, elem_bytes: u64) -> Result<()> {
+    let need = (n as u64).saturating_mul(elem_bytes);
+    if buf.size() < need {
+        return Err(Error::Gpu(format!(
+            "{what}: buffer of {} bytes, need {need}",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+fn check_shape(what: &str, n_tokens: usize, cols: usize) -> Result<()> {
+    if n_tokens == 0 || cols == 0 || !cols.is_multiple_of(QK as usize) {
+        return Err(Error::Gpu(format!(
+            "{what}: {n_tokens} tokens of {cols} columns (need at least one token and a \
+             positive multiple of {QK} columns)"
+        )));
+    }
+    Ok(())
+}
+
+impl Kernels {
+    /// Quantizes `x` (`[n_tokens, cols]` f32, `cols` a multiple of 32) into `qx` (at least
+    /// [`qx_words`] u32) and `qd` (at least [`qd_vec4s`] vec4<f32>), as the CPU does.
+    pub fn quantize_act_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+        n_tokens: usize,
+        cols: usize,
+    ) -> Result<Launch<'a>> {
+        check_shape("quantize_act", n_tokens, cols)?;
+        check("quantize_act x", x, n_tokens.saturating_mul(cols), 4)?;
+        check("quantize_act qx", qx, qx_words(n_tokens, cols), 4)?;
+        check("quantize_act qd", qd, qd_vec4s(n_tokens, cols), 16)?;
+        let n_chunks = to_u32(qd_vec4s(n_tokens, cols), "quantize_act chunks")?;
+        // x is indexed by element in the shader: 32 * n_chunks must fit too.
+        to_u32(n_tokens.saturating_mul(cols), "quantize_act elements")?;
+        let groups = grid(
+            n_chunks.div_ceil(self.workgroup_size),
+            self.max_groups_per_dim,
+        )?;
+        let params = QuantizeActParams {
+            n_chunks,
+            groups_x: groups.0,
+            pad0: 0,
+            pad1: 0,
+        };
+        let bufs = [(0, x), (1, qx), (2, qd)];
+        Ok(Launch::new(
+            KernelKey::QuantizeAct,
+            &params,
+            &bufs,
+            3,
+            groups,
+        ))
+    }
+
+    /// Batched integer matvec: `y[t][row_offset + r] = W[r] · x[t]` for `t < n_tokens`, with
+    /// x given quantized (`qx`, `qd` from [`Kernels::quantize_act_launch`] over
+    /// `[n_tokens, w.cols]`) and `y` `[n_tokens, y_stride]` f32. Rows of y outside
+    /// `row_offset..row_offset + w.rows` are not touched. `w` must be in a format with
+    /// [`q8_supported`].
+    #[allow(clippy::too_many_arguments)]
+    pub fn matvec_q8_launch<'a>(
+        &self,
+        w: &'a GpuMatrix,
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        n_tokens: usize,
+        y_stride: usize,
+        row_offset: usize,
+    ) -> Result<Launch<'a>> {
+        let what = format!(
+            "matvec_q8 {:?} [{}, {}] x {n_tokens} tokens",
+            w.ty, w.rows, w.cols
+        );
+        if !q8_supported(w.ty) {
+            return Err(Error::Gpu(format!(
+                "{what}: the format has no integer path (use the f32 matvec)"
+            )));
+        }
+        check_shape(&what, n_tokens, w.cols)?;
+        if w.rows == 0 || row_offset.saturating_add(w.rows) > y_stride {
+            return Err(Error::Gpu(format!(
+                "{what}: rows {row_offset}..{} do not fit a y stride of {y_stride}",
+                row_offset.saturating_add(w.rows)
+            )));
+        }
+        check(&format!("{what}: qx"), qx, qx_words(n_tokens, w.cols), 4)?;
+        check(&format!("{what}: qd"), qd, qd_vec4s(n_tokens, w.cols), 16)?;
+        check(
+            &format!("{what}: y"),
+            y,
+            n_tokens.saturating_mul(y_stride),
+            4,
+        )?;
+        // The shader's y index t * y_stride + row must fit in u32.
+        to_u32(n_tokens.saturating_mul(y_stride), "matvec_q8 y elements")?;
+        to_u32(qx_words(n_tokens, w.cols), "matvec_q8 qx words")?;
+        let rows = to_u32(w.rows, "rows")?;
+        let cols = to_u32(w.cols, "cols")?;
+        let row_groups = rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP);
+        let n_t = to_u32(n_tokens, "n_tokens")?;
+        let total = row_groups
+            .checked_mul(n_t)
+            .ok_or_else(|| Error::Gpu(format!("{what}: too many workgroups")))?;
+        let groups = grid(total, self.max_groups_per_dim)?;
+        let params = MatvecQ8Params {
+            rows,
+            cols,
+            blocks_per_row: cols / QK,
+            groups_x: groups.0,
+            n_tokens: n_t,
+            y_stride: to_u32(y_stride, "y_stride")?,
+            row_offset: to_u32(row_offset, "row_offset")?,
+            row_groups,
+        };
+        let key = KernelKey::MatvecQ8 {
+            ty: w.ty,
+            subgroup: self.subgroup,
+        };
+        let mut bufs = vec![(0, &w.quants)];
+        if let Some(s) = &w.scales {
+            bufs.push((1, s));
+        }
+        bufs.extend([(2, qx), (3, qd), (4, y)]);
+        Ok(Launch::new(key, &params, &bufs, 5, groups))
+    }
+}
