@@ -41,6 +41,49 @@ pub struct CpuBackend {
     vecs: HashMap<WeightId, Vec<f32>>,
     kv: Vec<LayerKv>,
     mm: MatmulScratch,
+    /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
+    /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
+    /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
+    f32_activations: bool,
+}
+
+/// out: [n, rows] = x: [n, cols] · Wᵀ with f32 activations: each weight row is dequantized
+/// once (kernels-ref, exact) and dotted with every token in f32. Slower than the integer
+/// kernels; used for validation (`f32_activations`).
+fn matmul_f32_act(
+    ty: kernels_ref::GgmlType,
+    data: &[u8],
+    rows: usize,
+    cols: usize,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+) -> Result<()> {
+    use rayon::prelude::*;
+    let rb = ty
+        .row_bytes(cols as u64)
+        .and_then(|b| usize::try_from(b).ok())
+        .filter(|&b| b * rows == data.len())
+        .ok_or_else(|| Error::InvalidArgument(format!("[{rows}, {cols}] {}", ty.name())))?;
+    // [rows, n], transposed into out below.
+    let per_row: Vec<Result<Vec<f32>>> = data
+        .par_chunks(rb)
+        .map(|row| {
+            let mut w = vec![0f32; cols];
+            kernels_ref::dequantize(ty, row, &mut w)
+                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
+            Ok(x.chunks(cols)
+                .take(n)
+                .map(|xt| w.iter().zip(xt).map(|(a, b)| a * b).sum())
+                .collect())
+        })
+        .collect();
+    for (r, v) in per_row.into_iter().enumerate() {
+        for (t, y) in v?.into_iter().enumerate() {
+            out[t * rows + r] = y;
+        }
+    }
+    Ok(())
 }
 
 fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
@@ -168,7 +211,13 @@ impl CpuBackend {
             vecs,
             kv,
             mm: MatmulScratch::default(),
+            f32_activations: false,
         })
+    }
+
+    /// Switches matmuls to f32 activations (see the field's comment).
+    pub fn set_f32_activations(&mut self, on: bool) {
+        self.f32_activations = on;
     }
 
     fn vec(&self, id: WeightId) -> Result<&[f32]> {
@@ -247,6 +296,17 @@ impl Backend for CpuBackend {
             msg: "is not a matrix of this model".into(),
         })?;
         let data = &self.gguf.bytes()[m.offset..m.offset + m.n_bytes];
+        if self.f32_activations {
+            return matmul_f32_act(
+                m.ty,
+                data,
+                m.rows,
+                m.cols,
+                &x[..n * m.cols],
+                n,
+                &mut out[..n * m.rows],
+            );
+        }
         let view = WeightView::new(m.ty, data, m.rows, m.cols)?;
         crate::cpu::matmul(
             &view,

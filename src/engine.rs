@@ -49,6 +49,10 @@ pub struct LoadOptions {
     pub device: DeviceChoice,
     /// GPU upload options (tests force tensor splitting with them).
     pub gpu: GpuLoadOptions,
+    /// Matmul activations in f32 on every backend, instead of 8-bit chunks (the CPU's fast
+    /// integer kernels and the GPU's matching path). Slower on the CPU; the mode in which the
+    /// CPU and GPU paths agree to f32 rounding, used to validate one against the other.
+    pub f32_activations: bool,
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -63,6 +67,7 @@ pub struct Model {
     gpu: Option<Arc<GpuModel>>,
     /// Why `auto` chose what it chose (one line for the user), if it fell back.
     device_note: Option<String>,
+    f32_activations: bool,
 }
 
 impl std::fmt::Debug for Model {
@@ -116,6 +121,7 @@ impl Model {
             load_time: t0.elapsed(),
             gpu,
             device_note,
+            f32_activations: opts.f32_activations,
         })
     }
 
@@ -194,7 +200,11 @@ fn open_gpu(
 ) -> Result<(Option<Arc<GpuModel>>, Option<String>)> {
     let load = |sel: &DeviceSelector| -> Result<Arc<GpuModel>> {
         let ctx = GpuContext::new(sel)?;
-        Ok(Arc::new(GpuModel::load(ctx, gguf, cfg, &opts.gpu)?))
+        let gopts = GpuLoadOptions {
+            f32_activations: opts.gpu.f32_activations || opts.f32_activations,
+            ..opts.gpu.clone()
+        };
+        Ok(Arc::new(GpuModel::load(ctx, gguf, cfg, &gopts)?))
     };
     match &opts.device {
         DeviceChoice::Cpu => Ok((None, None)),
@@ -330,6 +340,7 @@ impl Session {
             }
             None => {
                 let mut b = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
+                b.set_f32_activations(model.f32_activations);
                 let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
                 Exec::Cpu(b, s)
             }

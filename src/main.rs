@@ -35,6 +35,10 @@ struct ModelArgs {
     /// WGPU_BACKEND and WGPU_ADAPTER_NAME narrow what is found.
     #[arg(short = 'd', long, default_value = "auto")]
     device: String,
+    /// Keep matmul activations in f32 instead of 8-bit chunks (slower on the CPU; the mode in
+    /// which the CPU and GPU paths agree to f32 rounding).
+    #[arg(long)]
+    f32_activations: bool,
 }
 
 impl ModelArgs {
@@ -166,6 +170,7 @@ fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
     let opts = LoadOptions {
         threads: args.threads,
         device: memwall::engine::DeviceChoice::parse(&args.device)?,
+        f32_activations: args.f32_activations,
         ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();

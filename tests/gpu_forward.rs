@@ -15,8 +15,13 @@ use memwall::model::Logits;
 use serde_json::Value;
 
 fn load(device: DeviceChoice) -> Arc<Model> {
+    load_with(device, false)
+}
+
+fn load_with(device: DeviceChoice, f32_activations: bool) -> Arc<Model> {
     let opts = LoadOptions {
         device,
+        f32_activations,
         ..Default::default()
     };
     match Model::load(common::model_path(), &opts) {
@@ -58,10 +63,16 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
 }
 
+/// The GPU against the CPU path with the same tokens fed to both, in the mode where the two
+/// compute the same arithmetic up to f32 rounding: f32 activations. (With the default 8-bit
+/// activations both quantize identically, but a 1-ulp difference anywhere upstream can flip
+/// a code, which moves a value by 1/127 of its chunk's range; over 30 layers that compounds
+/// to ~5e-2 of the logit range, as it does between llama.cpp's own CPU and Vulkan backends.
+/// The default mode is held to the agreement rule above instead.)
 #[test]
 fn gpu_logits_follow_the_cpu_path_with_the_same_tokens() {
-    let gpu = gpu_model();
-    let cpu = load(DeviceChoice::Cpu);
+    let gpu = load_with(DeviceChoice::Gpu(DeviceSelector::Auto), true);
+    let cpu = load_with(DeviceChoice::Cpu, true);
     let text = std::fs::read_to_string(common::shared().join("reference/greedy.jsonl")).unwrap();
     let mut worst = 0f32;
     for line in text.lines().filter(|l| !l.trim().is_empty()) {

@@ -155,6 +155,9 @@ fn all_lists_every_variant_once() {
         // The integer path exists exactly for the formats the CPU multiplies in integers.
         for ty in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
             want.insert(KernelKey::MatvecQ8 { ty, subgroup });
+            if !subgroup {
+                want.insert(KernelKey::MatvecQ8Rows { ty });
+            }
         }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
@@ -205,7 +208,8 @@ fn all_lists_every_variant_once() {
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
-            | KernelKey::MatvecQ8 { .. } => {}
+            | KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Rows { .. } => {}
         }
     }
     assert_eq!(set, want);

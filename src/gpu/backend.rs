@@ -12,6 +12,7 @@ use crate::backend::{Backend, WeightId};
 use crate::error::{Error, Result};
 use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
 use crate::gpu::kernels::Launch;
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::recorder::Recorder;
 use crate::gpu::shaders::KernelKey;
 use crate::gpu::weights::GpuModel;
@@ -67,6 +68,10 @@ pub struct GpuBackend {
     argmax_out: wgpu::Buffer,
     /// MAP_READ staging for readbacks, grown to the largest read.
     staging: Option<wgpu::Buffer>,
+    /// A matmul input quantized to 8 bits: [max_tokens, max_cols / 4] words of four int8.
+    qx: wgpu::Buffer,
+    /// Its chunk scales and sums: [max_tokens, max_cols / 32] vec4<f32>.
+    qd: wgpu::Buffer,
 }
 
 fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
@@ -122,8 +127,13 @@ impl GpuBackend {
         let att_scratch = storage(&m, "attention scratch", (att as u64).saturating_mul(4))?;
         let ids = storage(&m, "token ids", max_tokens as u64 * 4)?;
         let argmax_out = storage(&m, "argmax", max_tokens as u64 * 4)?;
+        let max_cols = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
+        let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
+        let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;
         Ok(GpuBackend {
+            qx,
+            qd,
             m,
             rec,
             kv,
@@ -225,8 +235,30 @@ impl GpuBackend {
                 out.len
             )));
         }
+        let ty = mat.parts.first().map(|p| p.m.ty);
+        let q8 = !m.f32_activations
+            && ty.is_some_and(|t| t.has_q8_path())
+            && mat.cols.is_multiple_of(32);
+        if q8 {
+            // The CPU's scheme: x to int8 chunks once, then integer dot products per part.
+            let (qx, qd) = (self.qx.clone(), self.qd.clone());
+            let launch = m
+                .kernels
+                .quantize_act_launch(&x.buf, &qx, &qd, n, mat.cols)?;
+            self.record(launch)?;
+            for p in &mat.parts {
+                let launch = m
+                    .kernels
+                    .matvec_q8_launch(&p.m, &qx, &qd, &out.buf, n, mat.rows, p.row0)?;
+                self.record(launch)?;
+            }
+            return Ok(());
+        }
         for p in &mat.parts {
-            let launch = if n <= MATVEC_MAX_TOKENS {
+            // Batches past a few tokens take the tiled matmul, which decodes each weight
+            // once per tile; CPU-like adapters run the batched row matvec at any size (their
+            // barriers cost more than re-reading weights that sit in cache).
+            let launch = if n <= MATVEC_MAX_TOKENS || m.kernels.matvec_rows {
                 m.kernels
                     .matvec_batch_launch(&p.m, &x.buf, &out.buf, n, mat.rows, p.row0)?
             } else {

@@ -134,7 +134,12 @@ impl Kernels {
         to_u32(qx_words(n_tokens, w.cols), "matvec_q8 qx words")?;
         let rows = to_u32(w.rows, "rows")?;
         let cols = to_u32(w.cols, "cols")?;
-        let row_groups = rows.div_ceil(MATVEC_ROWS_PER_WORKGROUP);
+        let per_group = if self.matvec_rows {
+            self.workgroup_size
+        } else {
+            MATVEC_ROWS_PER_WORKGROUP
+        };
+        let row_groups = rows.div_ceil(per_group);
         let n_t = to_u32(n_tokens, "n_tokens")?;
         let total = row_groups
             .checked_mul(n_t)
@@ -150,9 +155,13 @@ impl Kernels {
             row_offset: to_u32(row_offset, "row_offset")?,
             row_groups,
         };
-        let key = KernelKey::MatvecQ8 {
-            ty: w.ty,
-            subgroup: self.subgroup,
+        let key = if self.matvec_rows {
+            KernelKey::MatvecQ8Rows { ty: w.ty }
+        } else {
+            KernelKey::MatvecQ8 {
+                ty: w.ty,
+                subgroup: self.subgroup,
+            }
         };
         let mut bufs = vec![(0, &w.quants)];
         if let Some(s) = &w.scales {

@@ -47,6 +47,7 @@ const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
@@ -222,6 +223,9 @@ pub enum KernelKey {
     /// `shaders/matvec_q8.wgsl` over weights in `ty` (one with `WeightFormat::has_q8_path`)
     /// and int8 activations; `subgroup` picks `subgroupAdd` reduction.
     MatvecQ8 { ty: WeightFormat, subgroup: bool },
+    /// `shaders/matvec_q8_rows.wgsl`: `MatvecQ8` with one invocation per row, no reduction or
+    /// barrier (for CPU-like adapters, as `MatvecRows`).
+    MatvecQ8Rows { ty: WeightFormat },
 }
 
 impl KernelKey {
@@ -239,6 +243,9 @@ impl KernelKey {
             for ty in WeightFormat::ALL {
                 if ty.has_q8_path() {
                     keys.push(KernelKey::MatvecQ8 { ty, subgroup });
+                    if !subgroup {
+                        keys.push(KernelKey::MatvecQ8Rows { ty });
+                    }
                 }
             }
             keys.push(KernelKey::RmsNorm { subgroup });
@@ -289,7 +296,8 @@ impl KernelKey {
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
-            | KernelKey::MatvecQ8 { .. } => false,
+            | KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Rows { .. } => false,
         }
     }
 
@@ -315,7 +323,8 @@ impl KernelKey {
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
-            | KernelKey::MatvecQ8 { .. } => false,
+            | KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Rows { .. } => false,
         }
     }
 
@@ -351,8 +360,9 @@ impl KernelKey {
             | KernelKey::KvStore
             | KernelKey::AttentionPrefill
             | KernelKey::Matmul { .. }
-            | KernelKey::MatvecRows { .. } => false,
-            | KernelKey::QuantizeAct => false,
+            | KernelKey::MatvecRows { .. }
+            | KernelKey::MatvecQ8Rows { .. } => false,
+            KernelKey::QuantizeAct => false,
         }
     }
 
@@ -385,6 +395,9 @@ impl KernelKey {
             KernelKey::QuantizeAct => "quantize_act".into(),
             KernelKey::MatvecQ8 { ty, .. } => {
                 format!("matvec_q8_{}{sg}", ty.ggml().name().to_lowercase())
+            }
+            KernelKey::MatvecQ8Rows { ty } => {
+                format!("matvec_q8_rows_{}", ty.ggml().name().to_lowercase())
             }
         }
     }
@@ -421,6 +434,7 @@ impl KernelKey {
             KernelKey::AttentionPrefill => vec![ATTENTION_PREFILL],
             KernelKey::QuantizeAct => vec![QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, .. } => vec![reduce, ty.fragment(), MATVEC_Q8],
+            KernelKey::MatvecQ8Rows { ty } => vec![ty.fragment(), MATVEC_Q8_ROWS],
         };
         parts.join("\n")
     }

@@ -40,6 +40,11 @@ pub struct GpuLoadOptions {
     /// Caps the bytes of one storage binding below the adapter's limit (tests force splitting
     /// with it).
     pub max_binding_bytes: Option<u64>,
+    /// Keep matmul activations in f32 instead of quantizing them to 8 bits per chunk of 32 as
+    /// the CPU path (and llama.cpp) does. The default (false) makes the GPU compute the same
+    /// integer dot products as the CPU for Q4_0/Q4_1/Q8_0 weights, so the two paths agree to
+    /// f32 rounding; f32 activations are slightly closer to exact arithmetic.
+    pub f32_activations: bool,
 }
 
 /// The compiled kernels and resident weights of one model on one adapter.
@@ -58,6 +63,8 @@ pub struct GpuModel {
     pub weight_bytes: u64,
     /// What the upload had to change (converted formats).
     pub warnings: Vec<String>,
+    /// See [`GpuLoadOptions::f32_activations`].
+    pub f32_activations: bool,
 }
 
 impl GpuModel {
@@ -146,6 +153,7 @@ impl GpuModel {
             max_binding_bytes: limit,
             weight_bytes,
             warnings,
+            f32_activations: opts.f32_activations,
         })
     }
 

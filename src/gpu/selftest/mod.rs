@@ -76,6 +76,7 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::Matmul { ty } => ("matmul", fmt(ty)),
         KernelKey::MatvecRows { ty } => ("matvec_rows", fmt(ty)),
         KernelKey::QuantizeAct => ("quantize_act", "-".into()),
+        KernelKey::MatvecQ8Rows { ty } => ("matvec_q8_rows", fmt(ty)),
         KernelKey::MatvecQ8 { ty, .. } => ("matvec_q8", format!("{} {reduction}", fmt(ty))),
         KernelKey::AddBias => ("add_bias", "-".into()),
         KernelKey::KvStore => ("kv_store", "-".into()),
@@ -247,6 +248,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         | KernelKey::MatvecRows { .. }
         | KernelKey::QuantizeAct
         | KernelKey::MatvecQ8 { .. }
+        | KernelKey::MatvecQ8Rows { .. }
         | KernelKey::AddBias
         | KernelKey::KvStore
         | KernelKey::AttentionSplit { .. }
