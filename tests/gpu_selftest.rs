@@ -4,8 +4,6 @@
 //! Needs a GPU adapter (lavapipe; `WGPU_BACKEND=gl` for the GL path). With no adapter these
 //! tests FAIL: a GPU test must never pass silently.
 
-// The shared helpers include input generators this test does not need.
-#[allow(dead_code)]
 mod gpu_support;
 
 use std::collections::HashSet;

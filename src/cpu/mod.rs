@@ -10,7 +10,7 @@
 //! the chunk's weights stay in L2 while all token tiles pass over them (prefill reads each
 //! weight from memory about once, not once per token).
 
-mod act;
+pub(crate) mod act;
 mod attention;
 #[cfg(target_arch = "x86_64")]
 mod avx2;

@@ -188,7 +188,10 @@ impl Recorder {
         dst_offset: u64,
         bytes: u64,
     ) -> Result<()> {
-        if src_offset + bytes > src.size() || dst_offset + bytes > dst.size() || bytes % 4 != 0 {
+        if src_offset + bytes > src.size()
+            || dst_offset + bytes > dst.size()
+            || !bytes.is_multiple_of(4)
+        {
             return Err(Error::Gpu(format!(
                 "copy of {bytes} bytes from {src_offset} of {} into {dst_offset} of {}",
                 src.size(),

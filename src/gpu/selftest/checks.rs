@@ -13,14 +13,53 @@ use crate::gpu::ops::{rope_freqs, RopeConfig};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 
-fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
+pub(super) fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
     r.map_err(|e| Error::Gpu(format!("kernels-ref: {e}")))
 }
 
-/// `[rows, cols]` seeded weights quantized to `ty` (ggml layout).
-fn weights(ty: WeightFormat, rows: usize, cols: usize, seed: u64) -> Result<Vec<u8>> {
-    let w = Rng(seed ^ (rows * 31 + cols) as u64).values(rows * cols, 2.0);
-    oracle(kernels_ref::quantize(ty.ggml(), &w))
+/// `[rows, cols]` seeded weights in `ty` (ggml layout). Formats kernels-ref can quantize are
+/// quantized from [`Rng::values`] (outliers included). The K-quants, which memwall only reads,
+/// are random bytes (every code and sub-scale bit pattern, so every decoding branch runs) with
+/// their f16 super-scales set to finite normal values in [0.001, 0.05]: a random f16 could be
+/// NaN or infinite, which no oracle comparison survives.
+pub(super) fn weights(ty: WeightFormat, rows: usize, cols: usize, seed: u64) -> Result<Vec<u8>> {
+    let mut rng = Rng(seed ^ (rows * 31 + cols) as u64);
+    let g = ty.ggml();
+    if kernels_ref::can_quantize(g) {
+        return oracle(kernels_ref::quantize(g, &rng.values(rows * cols, 2.0)));
+    }
+    // Byte offsets of the f16 scale fields in one block: Q4_K's d and dmin, Q6_K's d.
+    let halves: &[usize] = match ty {
+        WeightFormat::Q4_K => &[0, 2],
+        WeightFormat::Q6_K => &[208],
+        WeightFormat::F32
+        | WeightFormat::F16
+        | WeightFormat::Q4_0
+        | WeightFormat::Q4_1
+        | WeightFormat::Q8_0 => {
+            return Err(Error::Gpu(format!(
+                "selftest cannot make {} weights",
+                g.name()
+            )))
+        }
+    };
+    let row_bytes = g
+        .row_bytes(cols as u64)
+        .filter(|_| cols.is_multiple_of(g.block_size()))
+        .ok_or_else(|| Error::Gpu(format!("{} rows of {cols} columns", g.name())))?;
+    let mut v: Vec<u8> = (0..row_bytes as usize * rows)
+        .map(|_| (rng.uniform() * 256.0) as u8)
+        .collect();
+    for block in v.chunks_exact_mut(g.type_size()) {
+        for &at in halves {
+            let d = 0.001 + 0.049 * rng.uniform();
+            let h = kernels_ref::f32_to_f16(d as f32).to_le_bytes();
+            if let Some(b) = block.get_mut(at..at + 2) {
+                b.copy_from_slice(&h);
+            }
+        }
+    }
+    Ok(v)
 }
 
 /// Smallest normal f16: below it a result may be subnormal or flushed to zero.
@@ -90,9 +129,14 @@ fn f16_weight_err(
 }
 
 /// Matrix shapes (rows, cols, grid limit): rows not a multiple of the rows per workgroup,
-/// columns from fewer blocks than invocations to more than one stride of them (129 blocks),
-/// and for the float formats row lengths that end in a partial block.
-fn matrix_cases(ty: WeightFormat) -> Vec<(usize, usize, Option<u32>)> {
+/// columns from fewer blocks than invocations to more than one stride of them (129 blocks;
+/// the K-quants, whose rows are whole 256-column super-blocks, 8 to 136 blocks and an odd
+/// number of super-blocks in all, so Q6_K's last scale pair is half empty), and for the float
+/// formats row lengths that end in a partial block.
+pub(super) fn matrix_cases(ty: WeightFormat) -> Vec<(usize, usize, Option<u32>)> {
+    if ty.ggml().block_size() == 256 {
+        return vec![(37, 256, None), (3, 4352, None), (37, 768, Some(7))];
+    }
     let mut v = vec![(37, 96, None), (3, 4128, None), (37, 64, Some(7))];
     if ty.ggml().block_size() == 1 {
         v.extend([(7, 101, None), (5, 1, None)]);
@@ -189,7 +233,11 @@ pub(super) fn embedding(
         // d * q + m may be contracted to an fma, which differs by at most one rounding of
         // d * q (|d q| = |w - m| <= 2 max|w| of the row, m being the value of code 0) plus
         // the final rounding: 3u max|w| of the row. A native-f16 kernel's values are off by up
-        // to the decoding bound instead (their widening to f32 is exact).
+        // to the decoding bound instead (their widening to f32 is exact). The K-quants' values
+        // must equal the oracle's: every product in their decoding is exact in f32 (f16 scales
+        // of 11 significant bits times 6- or 8-bit sub-scales times 4- or 6-bit codes) and
+        // only Q4_K's final subtraction rounds, once, as the oracle's does, fused or not.
+        let exact = matches!(ty, WeightFormat::Q4_K | WeightFormat::Q6_K);
         let row_max: Vec<f64> = want
             .chunks_exact(cols)
             .map(|r| r.iter().map(|v| f64::from(*v).abs()).fold(0.0, f64::max))
@@ -206,7 +254,11 @@ pub(super) fn embedding(
             } else {
                 0.0
             };
-            3.0 * U * row_max[i / cols] + dec + f64::MIN_POSITIVE
+            if exact {
+                0.0
+            } else {
+                3.0 * U * row_max[i / cols] + dec + f64::MIN_POSITIVE
+            }
         });
     }
     Ok(worst)

@@ -10,6 +10,9 @@
 //! launch whose key is not the one under test) and feeds each result to a [`Worst`].
 
 mod checks;
+mod checks_attention;
+mod checks_prefill;
+mod checks_q8;
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -194,6 +197,39 @@ pub(crate) fn run_read(
     w: &mut Worst,
 ) -> Result<Vec<f32>> {
     kernels::run(ctx, &[d])?;
+    read_guarded(ctx, buf, n, w)
+}
+
+/// The grid limit for a check's small-grid case, from its launches planned under the
+/// device's limit: the smallest `g` with `g * g` covering the largest launch's workgroups,
+/// so that launch becomes a 2-D dispatch (with surplus workgroups on its last line unless
+/// its count is a square). An error when no launch has the 3 workgroups that takes: a
+/// small-grid case that stays 1-D would prove nothing about the 2-D path.
+pub(crate) fn small_grid(launches: &[Launch<'_>]) -> Result<u32> {
+    let most = launches
+        .iter()
+        .map(|l| u64::from(l.groups.0) * u64::from(l.groups.1))
+        .max()
+        .unwrap_or(0);
+    if most < 3 {
+        return Err(Error::Gpu(format!(
+            "selftest small-grid case has {most} workgroups, too few for a 2-D dispatch"
+        )));
+    }
+    let mut g = 1u64;
+    while g * g < most {
+        g += 1;
+    }
+    u32::try_from(g).map_err(|_| Error::Gpu(format!("{most} workgroups")))
+}
+
+/// Reads `n` results of `buf` and its guards; an overwritten guard fails `w`.
+pub(crate) fn read_guarded(
+    ctx: &GpuContext,
+    buf: &wgpu::Buffer,
+    n: usize,
+    w: &mut Worst,
+) -> Result<Vec<f32>> {
     let mut got = kernels::read_f32(ctx, buf, n + GUARDS)?;
     if !got[n..].iter().all(|v| v.is_nan()) {
         w.fail();
@@ -236,7 +272,10 @@ fn options(key: &KernelKey) -> KernelOptions {
 /// Runs `key`'s check. One arm per kernel, no wildcard: a new variant must be added here.
 fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
     match key {
-        KernelKey::Matvec { ty, .. } => checks::matvec(ctx, ks, key, ty),
+        KernelKey::Matvec { ty, .. } => {
+            ks.matvec_rows = false;
+            checks::matvec(ctx, ks, key, ty)
+        }
         KernelKey::RmsNorm { .. } => checks::rms_norm(ctx, ks, key),
         KernelKey::Softmax { .. } => checks::softmax(ctx, ks, key),
         KernelKey::Rope => checks::rope(ctx, ks, key),
@@ -244,19 +283,27 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::Add => checks::add(ctx, ks, key),
         KernelKey::Argmax => checks::argmax(ctx, ks, key),
         KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
-        KernelKey::Matmul { .. }
-        | KernelKey::MatvecRows { .. }
-        | KernelKey::QuantizeAct
-        | KernelKey::MatvecQ8 { .. }
-        | KernelKey::MatvecQ8Rows { .. }
-        | KernelKey::AddBias
-        | KernelKey::KvStore
-        | KernelKey::AttentionSplit { .. }
-        | KernelKey::AttentionCombine { .. }
-        | KernelKey::AttentionPrefill => Err(Error::Gpu(format!(
-            "selftest has no check for {} yet",
-            key.label()
-        ))),
+        KernelKey::Matmul { ty } => checks_prefill::matmul(ctx, ks, key, ty),
+        KernelKey::AddBias => checks_prefill::add_bias(ctx, ks, key),
+        KernelKey::KvStore => checks_attention::kv_store(ctx, ks, key),
+        // The split path is one pair of launches (split, then combine over its scratch):
+        // neither half has an oracle of its own, so both rows run and judge the pair.
+        KernelKey::AttentionSplit { subgroup } => {
+            checks_attention::split_pair(ctx, ks, key, KernelKey::AttentionCombine { subgroup })
+        }
+        KernelKey::AttentionCombine { subgroup } => {
+            checks_attention::split_pair(ctx, ks, KernelKey::AttentionSplit { subgroup }, key)
+        }
+        KernelKey::AttentionPrefill => checks_attention::prefill(ctx, ks, key),
+        // The row layouts and the 8-bit path are chosen per launch by `Kernels` fields: set
+        // them for the variant under test (run_selftest restores the defaults).
+        KernelKey::MatvecRows { ty } => {
+            ks.matvec_rows = true;
+            checks::matvec(ctx, ks, key, ty)
+        }
+        KernelKey::QuantizeAct => checks_q8::quantize_act(ctx, ks, key),
+        KernelKey::MatvecQ8 { ty, .. } => checks_q8::matvec_q8(ctx, ks, key, ty, false),
+        KernelKey::MatvecQ8Rows { ty } => checks_q8::matvec_q8(ctx, ks, key, ty, true),
     }
 }
 
@@ -274,10 +321,12 @@ pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
                 e.insert(Kernels::with_config(ctx, opts)?)
             }
         };
-        let max_groups = ks.max_groups_per_dim;
+        let (max_groups, row_layout) = (ks.max_groups_per_dim, ks.matvec_rows);
         let r = check_key(ctx, ks, key);
-        // Checks lower the grid limit for their 2-D dispatch case; the next one starts afresh.
+        // Checks lower the grid limit for their 2-D dispatch case and pick the matvec layout;
+        // the next one starts afresh.
         ks.max_groups_per_dim = max_groups;
+        ks.matvec_rows = row_layout;
         let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
         rows.push(w.row(&key));
     }
@@ -349,6 +398,20 @@ mod tests {
         assert!(w.row(&KernelKey::Add).pass);
         w.fail();
         assert!(!w.row(&KernelKey::Add).pass);
+    }
+
+    #[test]
+    fn small_grid_makes_the_largest_launch_2d() {
+        let launch = |groups| Launch::new(KernelKey::Add, &[0u32; 4], &[], 2, groups);
+        for most in [3u32, 4, 5, 40, 1000] {
+            let g = small_grid(&[launch((1, 1)), launch((most, 1))]).unwrap();
+            let (x, y) = kernels::grid(most, g).unwrap();
+            assert!(y > 1 && x * y >= most, "{most}: {g}");
+        }
+        // Planned launches may already be 2-D: their total counts.
+        assert_eq!(small_grid(&[launch((7, 6))]).unwrap(), 7);
+        assert!(small_grid(&[launch((2, 1))]).is_err());
+        assert!(small_grid(&[]).is_err());
     }
 
     #[test]

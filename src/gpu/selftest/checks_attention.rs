@@ -1,0 +1,290 @@
+//! Checks of the attention kernels: the KV-cache store and both attention paths (the
+//! flash-decoding split + combine pair and tiled prefill) against kernels-ref's `attention`.
+//! Same rules as [`super::checks`]: seeded inputs with outliers, odd shapes, NaN-poisoned
+//! outputs (and NaN cache rows past the last position, which the kernels must never read), a
+//! small-grid case, and tolerances derived where computed.
+
+use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
+use crate::error::Result;
+use crate::gpu::attention::{split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK};
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{self, Dispatch, Kernels};
+use crate::gpu::shaders::KernelKey;
+
+/// Cache rows past the last position (left NaN).
+const SPARE_ROWS: usize = 7;
+
+/// Per-element error bound for attention's `out` (`[n_q, n_head, hd]`), from f32 precision
+/// and the reduction lengths (first order, doubled for the second-order terms):
+/// - key j's score s_j = scale q.k_j is an hd-term f32 dot product plus the scale product:
+///   |ds_j| <= (hd + 2) u sum_i |scale q_i k_ji| (Higham's gamma_n for any summation order);
+/// - its weight exp(s_j - m_c) exp(m_c - M) (split: chunk max m_c, global max M) or
+///   exp(s_j - m) times the online rescalings (prefill; they scale numerator and denominator
+///   alike) is off by a relative (6 + 2 (M - s_j)) u: WGSL's exp is within 3 + 2|x| ulp, plus
+///   the subtractions' and products' roundings;
+/// - a relative weight error e_j moves out_d by <= sum_j p_j e_j (|v_jd| + |out_d|) (the
+///   numerator's and the normalizing sum's shares);
+/// - summing the weighted values and the weights over n_keys terms in f32 (any order and
+///   blocking, with rescales) costs <= (n_keys + 8) u sum_j p_j (|v_jd| + |out_d|).
+struct Problem {
+    cfg: AttentionConfig,
+    n: usize,
+    pos0: usize,
+    q: Vec<f32>,    // [n, n_head, hd]
+    k: Vec<f32>,    // [pos0 + n, n_head_kv, hd]: the earlier rows, then the new ones
+    v: Vec<f32>,    // [pos0 + n, n_head_kv, hd]
+    want: Vec<f32>, // [n, n_head, hd]
+    tol: Vec<f64>,  // [n, n_head, hd]
+}
+
+impl Problem {
+    fn new(n_head: usize, n_head_kv: usize, hd: usize, n: usize, pos0: usize) -> Problem {
+        let cfg = AttentionConfig {
+            n_head,
+            n_head_kv,
+            head_dim: hd,
+            scale: 1.0 / (hd as f32).sqrt(),
+            n_ctx: pos0 + n + SPARE_ROWS,
+        };
+        let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
+        let row = n_head_kv * hd;
+        let q = rng.values(n * n_head * hd, 1.0);
+        let k = rng.values((pos0 + n) * row, 1.0);
+        let v = rng.values((pos0 + n) * row, 1.0);
+        let mut want = vec![0.0; q.len()];
+        // The shapes above are consistent, so the oracle's shape asserts hold.
+        kernels_ref::attention(
+            &q,
+            &k,
+            &v,
+            n,
+            pos0 + n,
+            n_head,
+            n_head_kv,
+            hd,
+            pos0,
+            cfg.scale,
+            &mut want,
+        );
+        let mut p = Problem {
+            cfg,
+            n,
+            pos0,
+            q,
+            k,
+            v,
+            want,
+            tol: Vec::new(),
+        };
+        p.tol = p.tolerance();
+        p
+    }
+
+    /// The bound described on [`Problem`], per element of `out`.
+    fn tolerance(&self) -> Vec<f64> {
+        let (nh, nkv, hd) = (self.cfg.n_head, self.cfg.n_head_kv, self.cfg.head_dim);
+        let scale = f64::from(self.cfg.scale);
+        let mut tol = vec![0.0; self.want.len()];
+        for t in 0..self.n {
+            let n_keys = self.pos0 + t + 1;
+            for h in 0..nh {
+                let kvh = h / (nh / nkv);
+                let qv = &self.q[(t * nh + h) * hd..][..hd];
+                // (score, sum of the |terms|) per key
+                let sm: Vec<(f64, f64)> = (0..n_keys)
+                    .map(|j| {
+                        let kv = &self.k[(j * nkv + kvh) * hd..][..hd];
+                        qv.iter().zip(kv).fold((0.0, 0.0), |(s, m), (&a, &b)| {
+                            let p = f64::from(a) * f64::from(b) * scale;
+                            (s + p, m + p.abs())
+                        })
+                    })
+                    .collect();
+                let m = sm.iter().map(|p| p.0).fold(f64::MIN, f64::max);
+                let z: f64 = sm.iter().map(|&(s, _)| (s - m).exp()).sum();
+                // (p_j, relative error of key j's weight)
+                let pe: Vec<(f64, f64)> = sm
+                    .iter()
+                    .map(|&(s, mag)| {
+                        let e = (hd as f64 + 2.0) * U * mag + (6.0 + 2.0 * (m - s)) * U;
+                        ((s - m).exp() / z, e)
+                    })
+                    .collect();
+                let o = (t * nh + h) * hd;
+                for d in 0..hd {
+                    let out_d = f64::from(self.want[o + d]).abs();
+                    let (mut t1, mut t2) = (0.0, 0.0);
+                    for (j, &(p, e)) in pe.iter().enumerate() {
+                        let w = p * (f64::from(self.v[(j * nkv + kvh) * hd + d]).abs() + out_d);
+                        t1 += w * e;
+                        t2 += w;
+                    }
+                    tol[o + d] = 2.0 * (t1 + (n_keys as f64 + 8.0) * U * t2) + 1e-30;
+                }
+            }
+        }
+        tol
+    }
+
+    /// A cache `[n_ctx, n_head_kv, hd]` holding `src`'s first `rows` rows, NaN after.
+    fn cache(&self, ctx: &GpuContext, src: &[f32], rows: usize) -> Result<wgpu::Buffer> {
+        let row = self.cfg.n_head_kv * self.cfg.head_dim;
+        let mut c = vec![f32::NAN; self.cfg.n_ctx * row];
+        c[..rows * row].copy_from_slice(&src[..rows * row]);
+        kernels::upload_f32(ctx, "cache", &c)
+    }
+
+    /// Runs `path`'s launches, whose keys must be `keys` in order, over caches holding every
+    /// position so far; feeds `out` to `worst`. With `grid`, under a limit that makes the
+    /// largest launch a 2-D dispatch.
+    fn run(
+        &self,
+        ctx: &GpuContext,
+        ks: &mut Kernels,
+        path: AttentionPath,
+        keys: &[KernelKey],
+        grid: bool,
+        worst: &mut Worst,
+    ) -> Result<()> {
+        let (cfg, n, pos0) = (&self.cfg, self.n, self.pos0);
+        let k_cache = self.cache(ctx, &self.k, pos0 + n)?;
+        let v_cache = self.cache(ctx, &self.v, pos0 + n)?;
+        let q = kernels::upload_f32(ctx, "q", &self.q)?;
+        let out = poisoned(ctx, "out", &vec![f32::NAN; self.q.len()])?;
+        let scratch_len = split_scratch_len(cfg, n, ATTENTION_CHUNK as usize);
+        // [n, n_head, n_chunks, hd + 4]: NaN until the split kernel writes it.
+        let scratch = kernels::upload_f32(ctx, "scratch", &vec![f32::NAN; scratch_len])?;
+        let plan = |ks: &Kernels| {
+            ks.attention_launches_with(path, &q, &k_cache, &v_cache, &scratch, &out, cfg, n, pos0)
+        };
+        if grid {
+            ks.max_groups_per_dim = small_grid(&plan(ks)?)?;
+        }
+        let launches = plan(ks)?;
+        if launches.len() != keys.len() {
+            worst.fail();
+        }
+        let ds = launches
+            .into_iter()
+            .zip(keys)
+            .map(|(l, &key)| prepare(ctx, ks, l, key))
+            .collect::<Result<Vec<Dispatch>>>()?;
+        kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
+        let got = read_guarded(ctx, &out, self.q.len(), worst)?;
+        worst.add_all(&got, &self.want, |i| self.tol[i]);
+        Ok(())
+    }
+}
+
+/// Runs `cases` ((n_head, n_head_kv, head_dim, n_tokens, pos0, small grid)) on `path`.
+fn attention_cases(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    path: AttentionPath,
+    keys: &[KernelKey],
+    cases: &[(usize, usize, usize, usize, usize, bool)],
+) -> Result<Worst> {
+    let mut worst = Worst::new();
+    let device_limit = ks.max_groups_per_dim;
+    for &(nh, nkv, hd, n, pos0, grid) in cases {
+        ks.max_groups_per_dim = device_limit;
+        let p = Problem::new(nh, nkv, hd, n, pos0);
+        p.run(ctx, ks, path, keys, grid, &mut worst)?;
+    }
+    Ok(worst)
+}
+
+/// The split (flash-decoding) pair: `attention_split` then `attention_combine`, checked
+/// together (the AttentionSplit and AttentionCombine rows both run this and report the pair).
+pub(super) fn split_pair(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    split: KernelKey,
+    combine: KernelKey,
+) -> Result<Worst> {
+    let c = ATTENTION_CHUNK as usize;
+    // GQA decode on a short context (one partial chunk); 128-dim heads whose three queries
+    // end just before, at and just after a chunk boundary (the first query's last chunk is
+    // empty); 256-dim heads (the largest) with a one-key last chunk; and on the small grid
+    // 80-dim heads (not a power of two) over two chunks.
+    let cases = [
+        (9, 3, 64, 1, 37, false),
+        (4, 2, 128, 3, 2 * c - 2, false),
+        (2, 1, 256, 1, c, false),
+        (5, 1, 80, 2, 300, true),
+    ];
+    attention_cases(ctx, ks, AttentionPath::Split, &[split, combine], &cases)
+}
+
+pub(super) fn prefill(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+    // Token counts that are not a multiple of the query tile, from position 0 and after an
+    // earlier context; head dims 64, 128, 4 (the smallest) and 192 (a tile of 10 queries);
+    // the small-grid case with 80-dim heads and one kv head for five heads.
+    let cases = [
+        (9, 3, 64, 17, 0, false),
+        (4, 2, 128, 23, 300, false),
+        (3, 3, 4, 21, 5, false),
+        (2, 2, 192, 9, 11, false),
+        (5, 1, 80, 18, 37, true),
+    ];
+    attention_cases(ctx, ks, AttentionPath::Prefill, &[key], &cases)
+}
+
+pub(super) fn kv_store(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+    let mut worst = Worst::new();
+    let device_limit = ks.max_groups_per_dim;
+    // (n_head_kv, head_dim, n_tokens, pos0, small grid): one token after a context, a prompt
+    // at position 0 (rows of 4 f32), and many tokens on the small grid.
+    for (nkv, hd, n, pos0, grid) in [
+        (3, 64, 1, 37, false),
+        (1, 4, 23, 0, false),
+        (2, 128, 10, 10, true),
+    ] {
+        ks.max_groups_per_dim = device_limit;
+        let cfg = AttentionConfig {
+            n_head: nkv,
+            n_head_kv: nkv,
+            head_dim: hd,
+            scale: 1.0,
+            n_ctx: pos0 + n + SPARE_ROWS,
+        };
+        let row = nkv * hd;
+        let mut rng = Rng(0x57 ^ (row * 977 + n * 31 + pos0) as u64);
+        // [n_ctx, n_head_kv, hd] each: the earlier rows filled, the rest NaN; the kernel must
+        // write exactly rows pos0..pos0 + n.
+        let want_k = rng.values((pos0 + n) * row, 2.0);
+        let want_v = rng.values((pos0 + n) * row, 2.0);
+        let init = |src: &[f32]| {
+            let mut c = vec![f32::NAN; cfg.n_ctx * row];
+            c[..pos0 * row].copy_from_slice(&src[..pos0 * row]);
+            c
+        };
+        let kc = poisoned(ctx, "k_cache", &init(&want_k))?;
+        let vc = poisoned(ctx, "v_cache", &init(&want_v))?;
+        let kb = kernels::upload_f32(ctx, "k", &want_k[pos0 * row..])?; // [n, n_head_kv, hd]
+        let vb = kernels::upload_f32(ctx, "v", &want_v[pos0 * row..])?; // [n, n_head_kv, hd]
+        let plan = |ks: &Kernels| ks.kv_store_launch(&kb, &vb, &kc, &vc, &cfg, n, pos0);
+        if grid {
+            ks.max_groups_per_dim = small_grid(&plan(ks)?)?;
+        }
+        let launches = plan(ks)?;
+        if launches.len() != 1 {
+            worst.fail();
+        }
+        let ds = launches
+            .into_iter()
+            .map(|l| prepare(ctx, ks, l, key))
+            .collect::<Result<Vec<Dispatch>>>()?;
+        kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
+        for (buf, want) in [(&kc, &want_k), (&vc, &want_v)] {
+            let got = read_guarded(ctx, buf, cfg.n_ctx * row, &mut worst)?;
+            let end = (pos0 + n) * row;
+            // A copy: exact. The rows after must still be NaN.
+            worst.add_all(&got[..end], &want[..end], |_| 0.0);
+            if !got[end..].iter().all(|v| v.is_nan()) {
+                worst.fail();
+            }
+        }
+    }
+    Ok(worst)
+}
