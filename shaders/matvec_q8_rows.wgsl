@@ -2,10 +2,14 @@
 // barrier-free twin of matvec_q8.wgsl for CPU-like adapters (see matvec_rows.wgsl), with the
 // same integer chunk arithmetic and operation order as the CPU (src/cpu/scalar.rs `dot_q_row`).
 // Composed after quant/chunk.wgsl and a quant/*.wgsl fragment with an integer path.
-// group = wid.x + wid.y * groups_x; t = group / row_groups; row = (group % row_groups) * WG +
-// lid; rows outside row_offset..row_offset + rows of y untouched.
+// group = wid.x + wid.y * groups_x; row = group * WG + lid; each invocation computes its row
+// for every token (up to MAX_TOKENS), decoding each weight chunk once for all of them: a
+// prefill batch reads the weights once, not once per token. Rows outside
+// row_offset..row_offset + rows of y are untouched.
 
 override WG: u32 = 64u;
+// Tokens per launch (the host splits larger batches).
+const MAX_TOKENS: u32 = 64u;
 
 struct MatvecQ8Params {
     rows: u32,
@@ -19,7 +23,7 @@ struct MatvecQ8Params {
     y_stride: u32,
     // first row of y this matrix writes (a matrix split by rows across bindings)
     row_offset: u32,
-    // ceil(rows / WG)
+    // ceil(rows / WG): the workgroups of the launch
     row_groups: u32,
 }
 
@@ -37,25 +41,33 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let group = wid.x + wid.y * P.groups_x;
-    let t = group / P.row_groups;
-    let row = (group % P.row_groups) * WG + lid;
-    if (t >= P.n_tokens || row >= P.rows) {
+    let row = group * WG + lid;
+    if (group >= P.row_groups || row >= P.rows) {
         return;
     }
-    let c0 = t * P.blocks_per_row;
-    var acc = 0.0;
+    let n = min(P.n_tokens, MAX_TOKENS);
+    // [n] partial sums, one per token.
+    var acc: array<f32, MAX_TOKENS>;
+    for (var t = 0u; t < n; t++) {
+        acc[t] = 0.0;
+    }
     for (var b = 0u; b < P.blocks_per_row; b++) {
         let ch = dq_chunk(row, b, P.cols);
-        let ci = c0 + b;
-        var s0 = 0;
-        var s1 = 0;
-        for (var k = 0u; k < 4u; k++) {
-            s0 += dot_i8x4(ch.u[k], qx[ci * 8u + k]);
-            s1 += dot_i8x4(ch.u[k + 4u], qx[ci * 8u + 4u + k]);
+        for (var t = 0u; t < n; t++) {
+            let ci = t * P.blocks_per_row + b;
+            var s0 = 0;
+            var s1 = 0;
+            for (var k = 0u; k < 4u; k++) {
+                s0 += dot_i8x4(ch.u[k], qx[ci * 8u + k]);
+                s1 += dot_i8x4(ch.u[k + 4u], qx[ci * 8u + 4u + k]);
+            }
+            let xd = qd[ci];
+            // The CPU's order: (dw * d_x) * isum, then + c0 * xs0, then + c1 * xs1.
+            acc[t] += ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y
+                + ch.c.y * xd.z;
         }
-        let xd = qd[ci];
-        // The CPU's order: (dw * d_x) * isum, then + c0 * xs0, then + c1 * xs1.
-        acc += ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y + ch.c.y * xd.z;
     }
-    y[t * P.y_stride + P.row_offset + row] = acc;
+    for (var t = 0u; t < n; t++) {
+        y[t * P.y_stride + P.row_offset + row] = acc[t];
+    }
 }

@@ -308,8 +308,9 @@ pub struct Generation {
 
 /// The backend a session runs on, with its activation buffers.
 enum Exec {
-    Cpu(CpuBackend, Scratch<Vec<f32>>),
-    Gpu(GpuBackend, Scratch<GpuAct>),
+    // Boxed: both are large and a session holds one, for its whole life.
+    Cpu(Box<(CpuBackend, Scratch<Vec<f32>>)>),
+    Gpu(Box<(GpuBackend, Scratch<GpuAct>)>),
 }
 
 /// A conversation's state: the KV cache and the tokens it holds.
@@ -336,13 +337,13 @@ impl Session {
             Some(g) => {
                 let mut b = GpuBackend::new(g.clone(), n_ctx, PREFILL_BATCH)?;
                 let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
-                Exec::Gpu(b, s)
+                Exec::Gpu(Box::new((b, s)))
             }
             None => {
                 let mut b = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
                 b.set_f32_activations(model.f32_activations);
                 let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
-                Exec::Cpu(b, s)
+                Exec::Cpu(Box::new((b, s)))
             }
         };
         Ok(Session {
@@ -356,15 +357,15 @@ impl Session {
     /// The backend's name ("cpu", "gpu:...").
     pub fn backend_name(&self) -> String {
         match &self.exec {
-            Exec::Cpu(b, _) => b.name(),
-            Exec::Gpu(b, _) => b.name(),
+            Exec::Cpu(c) => c.0.name(),
+            Exec::Gpu(g) => g.0.name(),
         }
     }
 
     /// The GPU backend, when the session runs on one (tests read its launch statistics).
     pub fn gpu_backend(&self) -> Option<&GpuBackend> {
         match &self.exec {
-            Exec::Gpu(b, _) => Some(b),
+            Exec::Gpu(g) => Some(&g.0),
             Exec::Cpu(..) => None,
         }
     }
@@ -392,11 +393,16 @@ impl Session {
         let pos0 = self.tokens.len();
         let cfg = &self.model.config;
         let id = match &mut self.exec {
-            Exec::Cpu(b, s) => self
-                .model
-                .pool
-                .install(|| model::forward_argmax(b, cfg, s, ids, pos0))?,
-            Exec::Gpu(b, s) => model::forward_argmax(b, cfg, s, ids, pos0)?,
+            Exec::Cpu(c) => {
+                let (b, s) = &mut **c;
+                self.model
+                    .pool
+                    .install(|| model::forward_argmax(b, cfg, s, ids, pos0))?
+            }
+            Exec::Gpu(g) => {
+                let (b, s) = &mut **g;
+                model::forward_argmax(b, cfg, s, ids, pos0)?
+            }
         };
         self.tokens.extend_from_slice(ids);
         Ok(id)
@@ -424,11 +430,16 @@ impl Session {
         let pos0 = self.tokens.len();
         let cfg = &self.model.config;
         match &mut self.exec {
-            Exec::Cpu(b, s) => self
-                .model
-                .pool
-                .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?,
-            Exec::Gpu(b, s) => model::forward(b, cfg, s, ids, pos0, want, &mut logits)?,
+            Exec::Cpu(c) => {
+                let (b, s) = &mut **c;
+                self.model
+                    .pool
+                    .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?
+            }
+            Exec::Gpu(g) => {
+                let (b, s) = &mut **g;
+                model::forward(b, cfg, s, ids, pos0, want, &mut logits)?
+            }
         }
         self.tokens.extend_from_slice(ids);
         Ok(logits)

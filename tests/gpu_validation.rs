@@ -174,3 +174,38 @@ fn records_group_continuation_lines() {
     assert_eq!(r.len(), 2);
     assert!(r[0].ends_with("\n\tdetail"));
 }
+
+/// A full generation on the GPU (`run --device gpu`: weight upload, prefill, decode with the
+/// recorder's cached bind groups and uniform ring, argmax readback) reports nothing.
+#[test]
+fn gpu_run_is_clean_under_the_vulkan_validation_layer() {
+    let model = std::env::var("MEMWALL_MODEL").unwrap_or_else(|_| {
+        let home = std::env::var("HOME").expect("HOME is not set");
+        format!("{home}/.cache/memwall/SmolLM2-135M-Instruct.Q4_1.gguf")
+    });
+    assert!(
+        std::path::Path::new(&model).is_file(),
+        "test model missing at {model}"
+    );
+    let v = run_validated(&[
+        "run",
+        "-m",
+        &model,
+        "--device",
+        "gpu",
+        "-p",
+        "The capital of France is",
+        "-n",
+        "4",
+        "--temp",
+        "0",
+    ]);
+    assert!(
+        v.problems.is_empty(),
+        "{} validation problems:\n{}",
+        v.problems.len(),
+        v.problems.join("\n")
+    );
+    assert!(v.success, "run failed:\n{}", tail(&v.stderr, 40));
+    assert!(v.stdout.contains("Paris"), "{}", v.stdout);
+}

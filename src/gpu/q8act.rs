@@ -13,6 +13,9 @@ use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
 use crate::gpu::shaders::{KernelKey, MatvecQ8Params, QuantizeActParams, WeightFormat, QK};
 
+/// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
+pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
+
 /// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
 /// f32 matvec, as on the CPU.
 pub fn q8_supported(ty: WeightFormat) -> bool {
@@ -141,9 +144,19 @@ impl Kernels {
         };
         let row_groups = rows.div_ceil(per_group);
         let n_t = to_u32(n_tokens, "n_tokens")?;
-        let total = row_groups
-            .checked_mul(n_t)
-            .ok_or_else(|| Error::Gpu(format!("{what}: too many workgroups")))?;
+        // The row layout loops over the tokens inside each invocation (all of a launch's
+        // tokens share one decode of each weight chunk); the other has a workgroup per token.
+        if self.matvec_rows && n_tokens > MATVEC_Q8_ROWS_MAX_TOKENS {
+            return Err(Error::Gpu(format!(
+                "{what}: {n_tokens} tokens in one launch (at most {MATVEC_Q8_ROWS_MAX_TOKENS})"
+            )));
+        }
+        let total = if self.matvec_rows {
+            Some(row_groups)
+        } else {
+            row_groups.checked_mul(n_t)
+        }
+        .ok_or_else(|| Error::Gpu(format!("{what}: too many workgroups")))?;
         let groups = grid(total, self.max_groups_per_dim)?;
         let params = MatvecQ8Params {
             rows,

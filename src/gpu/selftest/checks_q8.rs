@@ -88,7 +88,7 @@ pub(super) fn matvec_q8(
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
     let n = 3;
-    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (37, 64, true)] {
+    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (421, 64, true)] {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
         let x = activations(n, cols);
         // [n, rows]
