@@ -49,10 +49,29 @@ fn gpu_greedy_agrees_with_llama_cpp() {
     common::agreement::check_greedy(&gpu_model());
 }
 
+/// Perplexity on the GPU against the CPU path on the same windows. The full llama.cpp
+/// comparison (15 windows of 256, `check_perplexity`) takes ~15 minutes on lavapipe's 2-core
+/// prefill, so CI scores the first two windows on both devices and holds the GPU to 1% of
+/// the CPU path (which `tests/reference.rs` holds to 1% of llama.cpp on all 15); the full
+/// GPU figure is measured with `memwall perplexity --device gpu` (README).
 #[test]
-fn gpu_perplexity_within_one_percent_of_llama_cpp() {
-    let ppl = common::agreement::check_perplexity(&gpu_model());
-    eprintln!("GPU PPL {ppl:.4}");
+fn gpu_perplexity_on_two_windows_within_one_percent_of_the_cpu_path() {
+    let text = std::fs::read_to_string(common::shared().join("reference/ppl_text.txt")).unwrap();
+    let gpu = gpu_model();
+    let cpu = load(DeviceChoice::Cpu);
+    let ids = gpu.tokenizer().encode(&text, true, false);
+    let two = &ids[..512];
+    let g = memwall::engine::perplexity(&gpu, two, 256, |_, _| {}).unwrap();
+    let c = memwall::engine::perplexity(&cpu, two, 256, |_, _| {}).unwrap();
+    let rel = (g.ppl - c.ppl).abs() / c.ppl;
+    eprintln!(
+        "two windows: GPU PPL {:.4}, CPU PPL {:.4} ({:.3}%)",
+        g.ppl,
+        c.ppl,
+        rel * 100.0
+    );
+    assert_eq!((g.n_chunks, g.n_scored), (2, c.n_scored));
+    assert!(rel <= 0.01, "GPU PPL {:.4} vs CPU {:.4}", g.ppl, c.ppl);
 }
 
 /// max |a - b| / max |b|
@@ -81,9 +100,12 @@ fn gpu_logits_follow_the_cpu_path_with_the_same_tokens() {
         let ids: Vec<u32> = serde_json::from_value(r["ids"].clone()).unwrap();
         let mut sg = gpu.session(256).unwrap();
         let mut sc = cpu.session(256).unwrap();
-        // Step 0 is the prompt (batched prefill), then one decode step per reference token.
+        // Step 0 is the prompt (batched prefill), then one decode step per reference token:
+        // the first STEPS of them (the CPU side of this mode dequantizes every weight row per
+        // step, so all 32 would take minutes; the agreement test above runs all 32 on the GPU).
+        const STEPS: usize = 8;
         let mut feed: Vec<&[u32]> = vec![&prompt];
-        feed.extend(ids.iter().map(std::slice::from_ref));
+        feed.extend(ids.iter().take(STEPS).map(std::slice::from_ref));
         for (step, toks) in feed.iter().enumerate() {
             let lg = sg.eval(toks, Logits::Last).unwrap();
             let lc = sc.eval(toks, Logits::Last).unwrap();
@@ -126,8 +148,10 @@ fn gpu_decode_is_one_submission_per_token_and_creates_nothing_once_warm() {
 #[test]
 fn gpu_decode_matches_gpu_prefill() {
     // The same tokens through batched prefill and one at a time: the same kernels except the
-    // matmul and attention paths, so close but not bit-identical.
-    let m = gpu_model();
+    // attention path (tiled prefill vs split decode), so close but not bit-identical. In f32
+    // activations: with 8-bit ones a last-bit difference between the two attention paths can
+    // flip a code and compound (see the test above).
+    let m = load_with(DeviceChoice::Gpu(DeviceSelector::Auto), true);
     let ids = m.tokenizer().encode(
         "Paris is the capital and largest city of France.",
         true,
@@ -145,4 +169,42 @@ fn gpu_decode_matches_gpu_prefill() {
             "token {i}: decode differs from prefill by {e:.3e}"
         );
     }
+}
+
+fn cli(args: &[&str]) -> (Option<i32>, String) {
+    let model = common::model_path();
+    let mut a: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), "-m".as_ref(), model.as_os_str()];
+    a.extend(args.iter().map(|s| std::ffi::OsStr::new(*s)));
+    common::run_memwall(&a)
+}
+
+#[test]
+fn device_flag_picks_falls_back_and_fails_clearly() {
+    // An adapter index that does not exist: an error naming it, no fallback.
+    let (code, out) = cli(&["--device", "9999", "-p", "Hi", "-n", "1"]);
+    assert_ne!(code, Some(0), "{out}");
+    assert!(out.contains("9999"), "{out}");
+    assert!(!out.contains("panicked"), "{out}");
+    // `auto` with only software adapters (CI's lavapipe/llvmpipe): the CPU, and one line
+    // saying why.
+    let (code, out) = cli(&["--device", "auto", "-p", "Hi", "-n", "2", "--temp", "0"]);
+    assert_eq!(code, Some(0), "{out}");
+    let rows = memwall::gpu::list_adapters();
+    let hw = rows.iter().any(|r| {
+        matches!(
+            r.device_type.as_str(),
+            "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu"
+        )
+    });
+    if !hw {
+        assert!(
+            out.contains("device auto:") && out.contains("running on the CPU"),
+            "{out}"
+        );
+        assert!(out.contains("cpu |"), "{out}");
+    }
+    // `gpu` runs on the adapter and says which.
+    let (code, out) = cli(&["--device", "gpu", "-p", "Hi", "-n", "2", "--temp", "0"]);
+    assert_eq!(code, Some(0), "{out}");
+    assert!(out.contains("gpu:"), "{out}");
 }
