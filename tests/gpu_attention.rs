@@ -442,15 +442,23 @@ fn oversize_and_malformed_requests_are_errors() {
     err_has(store(&k8, &small, 1, 0), "k_cache");
 }
 
-/// Time per call on this adapter (`--ignored --nocapture`): decode at pos0 100 and 1000 and a
-/// 64-token prefill, the test model's attention shape, median of 20 after 3 warm-ups, each
-/// call submitted and waited for.
+/// Time per call on this adapter (`--ignored --nocapture`): decode at pos0 0, 100 and 1000 and
+/// a 64-token prefill, for each reduction variant, the test model's attention shape; median of
+/// 10 after 2 warm-ups, each call submitted and waited for.
 #[test]
 #[ignore]
 fn attention_timing() {
     let ctx = context();
-    let ks = Kernels::new(&ctx).unwrap();
-    for (n, pos0) in [(1usize, 100usize), (1, 1000), (64, 0), (64, 1000)] {
+    let sets = kernel_sets(&ctx, false);
+    use AttentionPath::{Prefill, Split};
+    // (n_tokens, pos0, paths); decode at pos0 0 shows the fixed cost of a submit and wait.
+    let runs: [(usize, usize, &[AttentionPath]); 4] = [
+        (1, 0, &[Split]),
+        (1, 100, &[Split, Prefill]),
+        (1, 1000, &[Split, Prefill]),
+        (64, 0, &[Prefill, Split]),
+    ];
+    for (n, pos0, paths) in runs {
         let cfg = AttentionConfig {
             n_head: 9,
             n_head_kv: 3,
@@ -465,29 +473,28 @@ fn attention_timing() {
         let out = upload_f32(&ctx, "out", &vec![0.0; n * 9 * 64]).unwrap();
         let s = split_scratch_len(&cfg, n, ATTENTION_CHUNK as usize);
         let scratch = upload_f32(&ctx, "scratch", &vec![0.0; s]).unwrap();
-        let paths = if n == 1 {
-            vec![AttentionPath::Split, AttentionPath::Prefill]
-        } else {
-            vec![AttentionPath::Prefill, AttentionPath::Split]
-        };
-        for path in paths {
+        for (ks, &path) in sets
+            .iter()
+            .flat_map(|ks| paths.iter().map(move |p| (ks, p)))
+        {
             let l = ks
                 .attention_launches_with(path, &q, &kc, &vc, &scratch, &out, &cfg, n, pos0)
                 .unwrap();
-            let ds = prepare_all(&ctx, &ks, l);
+            let ds = prepare_all(&ctx, ks, l);
             let refs: Vec<&Dispatch> = ds.iter().collect();
             let mut times = Vec::new();
-            for i in 0..23 {
+            for i in 0..12 {
                 let t = Instant::now();
                 kernels::run(&ctx, &refs).unwrap();
-                if i >= 3 {
+                if i >= 2 {
                     times.push(t.elapsed().as_secs_f64() * 1e3);
                 }
             }
             times.sort_by(f64::total_cmp);
             eprintln!(
-                "{}: n_tokens {n} pos0 {pos0} {path:?}: median {:.3} ms (min {:.3})",
+                "{} subgroup={}: n_tokens {n} pos0 {pos0} {path:?}: median {:.3} ms (min {:.3})",
                 ctx.info.name,
+                ks.subgroup,
                 times[times.len() / 2],
                 times[0]
             );

@@ -343,8 +343,13 @@ mod tests {
     fn prefill_tiles_fit_the_workgroup_arrays() {
         for wg in [1usize, 2, 8, 16, 32, 64, 128, 256] {
             for hd in (4..=MAX_HEAD_DIM).step_by(4) {
-                let (tq, tk) = prefill_tiles(hd, wg).unwrap();
                 let d4 = hd / 4;
+                let Ok((tq, tk)) = prefill_tiles(hd, wg) else {
+                    // Only when even one query per workgroup cannot hold the head: never for
+                    // the workgroups of 8 or more every device gives.
+                    assert!(d4 > wg * PREFILL_ACC4 && wg < 8, "hd {hd} wg {wg}");
+                    continue;
+                };
                 assert!(tq >= 1 && tk >= 1 && tq <= wg, "hd {hd} wg {wg}");
                 assert!(tq * d4 <= PREFILL_Q_SH4 && tk * d4 <= PREFILL_KV_SH4);
                 assert!(tq * tk <= PREFILL_S_SH);
