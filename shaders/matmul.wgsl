@@ -78,12 +78,12 @@ fn main(
     let tr = lid % tr_n;
     let tt = lid / tr_n;
 
-    var acc: array<array<f32, 4>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            acc[i][j] = 0.0;
-        }
-    }
+    // acc[i][j]: row tr + i * TR, token tt + j * TT. Kept as four vec4 (not an indexed
+    // array) so that compilers keep them in registers.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
 
     for (var b = 0u; b < P.blocks_per_row; b++) {
         // Stage: one dq_block per weight row of the tile; rows past the matrix read as 0.
@@ -110,17 +110,17 @@ fn main(
 
         if (tt < tt_n) {
             for (var k = 0u; k < 8u; k++) {
-                var a: array<vec4<f32>, 4>;
-                var xv: array<vec4<f32>, 4>;
-                for (var i = 0u; i < 4u; i++) {
-                    a[i] = w_tile[(tr + i * tr_n) * 8u + k];
-                    xv[i] = x_tile[(tt + i * tt_n) * 8u + k];
-                }
-                for (var i = 0u; i < 4u; i++) {
-                    for (var j = 0u; j < 4u; j++) {
-                        acc[i][j] += dot(a[i], xv[j]);
-                    }
-                }
+                // Columns = the four tokens' 4 inputs; a * X = the four dot products.
+                let xm = mat4x4<f32>(
+                    x_tile[tt * 8u + k],
+                    x_tile[(tt + tt_n) * 8u + k],
+                    x_tile[(tt + 2u * tt_n) * 8u + k],
+                    x_tile[(tt + 3u * tt_n) * 8u + k],
+                );
+                acc0 += w_tile[tr * 8u + k] * xm;
+                acc1 += w_tile[(tr + tr_n) * 8u + k] * xm;
+                acc2 += w_tile[(tr + 2u * tr_n) * 8u + k] * xm;
+                acc3 += w_tile[(tr + 3u * tr_n) * 8u + k] * xm;
             }
         }
         // Everyone has read the tiles before the next block overwrites them.
@@ -128,6 +128,7 @@ fn main(
     }
 
     if (tt < tt_n) {
+        let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
         for (var i = 0u; i < 4u; i++) {
             let row = row0 + tr + i * tr_n;
             for (var j = 0u; j < 4u; j++) {
