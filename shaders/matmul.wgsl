@@ -8,7 +8,8 @@
 // inputs in workgroup memory, so each weight is decoded once per tile (not once per token)
 // and each input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile:
 // rows tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host
-// sets WG = TR * TT (see src/gpu/matmul.rs). Workgroup memory: (TM + TN) * 32 * 4 bytes.
+// picks TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/matmul.rs). Workgroup memory:
+// (TM + TN) * 32 * 4 bytes.
 //
 // Tiles are numbered row tile first: tile = wid.x + wid.y * groups_x (2-D dispatch when there
 // are more than the per-dimension limit), row tile = tile % row_tiles, token tile = tile /
@@ -36,7 +37,7 @@ struct MatmulParams {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> P: MatmulParams;
 
-// Invocations per workgroup: must equal (TM / 4) * (TN / 4).
+// Invocations per workgroup: at least (TM / 4) * (TN / 4) (any extra ones only stage).
 override WG: u32 = 64u;
 // Weight rows per tile (a multiple of 4).
 override TM: u32 = 64u;
