@@ -4,7 +4,8 @@
 //! end of the device wait; medians over repetitions after a warm-up.
 //!
 //! `cargo bench --bench gpu_matmul [-- ROWS COLS N]` (defaults: the model's FFN down-projection
-//! shape, Q4_1, 1536 x 576, 64 tokens). Formats: MEMWALL_BENCH_FORMATS=q4_1,q8_0,... .
+//! shape, Q4_1, 1536 x 576, 64 tokens). Formats: MEMWALL_BENCH_FORMATS=q4_1,q8_0,... (those
+//! kernels-ref can quantize).
 
 use std::time::{Duration, Instant};
 
@@ -84,7 +85,12 @@ fn main() {
             .collect();
         let mv_refs: Vec<&Dispatch> = mvs.iter().collect();
         let t_mm = time(9, || kernels::run(&ctx, &[&mm]).expect("run"));
-        let t_mv = time(9, || kernels::run(&ctx, &mv_refs).expect("run"));
+        // MEMWALL_BENCH_MATMUL_ONLY=1 skips the (slow) matvec side when tuning the matmul.
+        let t_mv = if std::env::var("MEMWALL_BENCH_MATMUL_ONLY").is_ok_and(|s| s == "1") {
+            Duration::ZERO
+        } else {
+            time(9, || kernels::run(&ctx, &mv_refs).expect("run"))
+        };
         let flop = 2.0 * (rows * cols * n) as f64;
         println!(
             "{:>5} [{rows} x {cols}] x {n} tokens: matmul {:8.2} ms ({:6.2} GFLOP/s), {n} x \

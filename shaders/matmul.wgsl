@@ -8,7 +8,8 @@
 // inputs in workgroup memory, so each weight is decoded once per tile (not once per token)
 // and each input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile:
 // rows tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host
-// sets WG = TR * TT (see src/gpu/matmul.rs). Workgroup memory: (TM + TN) * 32 * 4 bytes.
+// picks TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/matmul.rs). Workgroup memory:
+// (TM + TN) * 32 * 4 bytes.
 //
 // Tiles are numbered row tile first: tile = wid.x + wid.y * groups_x (2-D dispatch when there
 // are more than the per-dimension limit), row tile = tile % row_tiles, token tile = tile /
@@ -36,7 +37,7 @@ struct MatmulParams {
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
 @group(0) @binding(4) var<uniform> P: MatmulParams;
 
-// Invocations per workgroup: must equal (TM / 4) * (TN / 4).
+// Invocations per workgroup: at least (TM / 4) * (TN / 4) (any extra ones only stage).
 override WG: u32 = 64u;
 // Weight rows per tile (a multiple of 4).
 override TM: u32 = 64u;
@@ -78,12 +79,12 @@ fn main(
     let tr = lid % tr_n;
     let tt = lid / tr_n;
 
-    var acc: array<array<f32, 4>, 4>;
-    for (var i = 0u; i < 4u; i++) {
-        for (var j = 0u; j < 4u; j++) {
-            acc[i][j] = 0.0;
-        }
-    }
+    // acc[i][j]: row tr + i * TR, token tt + j * TT. Kept as four vec4 (not an indexed
+    // array) so that compilers keep them in registers.
+    var acc0 = vec4<f32>(0.0);
+    var acc1 = vec4<f32>(0.0);
+    var acc2 = vec4<f32>(0.0);
+    var acc3 = vec4<f32>(0.0);
 
     for (var b = 0u; b < P.blocks_per_row; b++) {
         // Stage: one dq_block per weight row of the tile; rows past the matrix read as 0.
@@ -110,17 +111,17 @@ fn main(
 
         if (tt < tt_n) {
             for (var k = 0u; k < 8u; k++) {
-                var a: array<vec4<f32>, 4>;
-                var xv: array<vec4<f32>, 4>;
-                for (var i = 0u; i < 4u; i++) {
-                    a[i] = w_tile[(tr + i * tr_n) * 8u + k];
-                    xv[i] = x_tile[(tt + i * tt_n) * 8u + k];
-                }
-                for (var i = 0u; i < 4u; i++) {
-                    for (var j = 0u; j < 4u; j++) {
-                        acc[i][j] += dot(a[i], xv[j]);
-                    }
-                }
+                // Columns = the four tokens' 4 inputs; a * X = the four dot products.
+                let xm = mat4x4<f32>(
+                    x_tile[tt * 8u + k],
+                    x_tile[(tt + tt_n) * 8u + k],
+                    x_tile[(tt + 2u * tt_n) * 8u + k],
+                    x_tile[(tt + 3u * tt_n) * 8u + k],
+                );
+                acc0 += w_tile[tr * 8u + k] * xm;
+                acc1 += w_tile[(tr + tr_n) * 8u + k] * xm;
+                acc2 += w_tile[(tr + 2u * tr_n) * 8u + k] * xm;
+                acc3 += w_tile[(tr + 3u * tr_n) * 8u + k] * xm;
             }
         }
         // Everyone has read the tiles before the next block overwrites them.
@@ -128,6 +129,7 @@ fn main(
     }
 
     if (tt < tt_n) {
+        let acc = array<vec4<f32>, 4>(acc0, acc1, acc2, acc3);
         for (var i = 0u; i < 4u; i++) {
             let row = row0 + tr + i * tr_n;
             for (var j = 0u; j < 4u; j++) {
