@@ -16,6 +16,7 @@ pub mod inspect;
 pub mod logging;
 pub mod model;
 pub mod sampler;
+pub mod scheduler;
 pub mod tokenizer;
 
 pub use error::{Error, Result};
