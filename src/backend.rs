@@ -52,6 +52,16 @@ impl WeightId {
         }
     }
 
+    /// The transformer block the weight belongs to (`None`: embedding, output norm, head).
+    pub fn layer_index(self) -> Option<usize> {
+        use WeightId::*;
+        match self {
+            TokEmbd | OutputNorm | Output => None,
+            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Bq(l) | Bk(l) | Bv(l) | Wo(l) | FfnNorm(l)
+            | Gate(l) | Up(l) | Down(l) => Some(l),
+        }
+    }
+
     /// The weights of transformer block `l` (biases only when the model has them).
     pub fn layer(l: usize, qkv_bias: bool) -> Vec<WeightId> {
         use WeightId::*;
@@ -143,6 +153,15 @@ pub trait Backend {
             .map(|row| crate::sampler::argmax(row) as u32)
             .collect())
     }
+    /// Copies positions 0..n_pos of layer `layer`'s cached keys and values to the host:
+    /// k, v: [n_pos, n_head_kv * head_dim] each. Moving a layer to another device carries its
+    /// cache this way, so the move does not change any result.
+    fn read_kv(&mut self, layer: usize, n_pos: usize, k: &mut [f32], v: &mut [f32]) -> Result<()>;
+    /// Fills positions 0..n_pos of layer `layer`'s cache from k, v: [n_pos, n_head_kv *
+    /// head_dim], allocating the layer's cache if this backend holds none for it yet.
+    fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+    /// Frees layer `layer`'s cache (the layer now runs on another device).
+    fn drop_kv(&mut self, layer: usize);
     /// Waits for queued work (GPU); a no-op on the CPU.
     fn sync(&mut self) -> Result<()> {
         Ok(())

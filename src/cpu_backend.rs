@@ -39,7 +39,10 @@ pub struct CpuBackend {
     mats: HashMap<WeightId, MatRef>,
     /// Norm weights and biases as f32, [width] each.
     vecs: HashMap<WeightId, Vec<f32>>,
-    kv: Vec<LayerKv>,
+    /// Per layer; `None` for layers that run elsewhere.
+    kv: Vec<Option<LayerKv>>,
+    /// f32 values in one layer's K (or V) cache: n_ctx * n_head_kv * head_dim.
+    kv_len: usize,
     mm: MatmulScratch,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
@@ -141,7 +144,20 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// A backend with a KV cache of `n_ctx` positions for every layer.
     pub fn new(gguf: Arc<Gguf>, cfg: Config, n_ctx: usize) -> Result<CpuBackend> {
+        let all = vec![true; cfg.n_layer];
+        Self::with_kv_layers(gguf, cfg, n_ctx, &all)
+    }
+
+    /// A backend holding KV caches only for the layers with `kv_layers[l]` set (the layers
+    /// placed on the CPU); others get one when a layer moves here (`write_kv`) or first runs.
+    pub fn with_kv_layers(
+        gguf: Arc<Gguf>,
+        cfg: Config,
+        n_ctx: usize,
+        kv_layers: &[bool],
+    ) -> Result<CpuBackend> {
         Self::check_weights(&gguf, &cfg)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
@@ -183,38 +199,56 @@ impl CpuBackend {
             .ok_or_else(|| {
                 Error::InvalidArgument(format!("context of {n_ctx} tokens is too large"))
             })?;
-        let alloc = || -> Result<Vec<f32>> {
-            let mut v = Vec::new();
-            v.try_reserve_exact(per_layer)
-                .map_err(|_| Error::OutOfMemory {
-                    what: format!(
-                        "KV cache for a context of {n_ctx} tokens ({} MiB)",
-                        (per_layer * 4 * 2 * cfg.n_layer) >> 20
-                    ),
-                })?;
-            v.resize(per_layer, 0.0);
-            Ok(v)
-        };
-        let kv = (0..cfg.n_layer)
-            .map(|_| {
-                Ok(LayerKv {
-                    k: alloc()?,
-                    v: alloc()?,
-                })
-            })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(CpuBackend {
+        let mut b = CpuBackend {
             gguf,
             cfg,
             n_ctx,
             mats,
             vecs,
-            kv,
+            kv: Vec::new(),
+            kv_len: per_layer,
             mm: MatmulScratch::default(),
             f32_activations: false,
-        })
+        };
+        b.kv = (0..b.cfg.n_layer).map(|_| None).collect();
+        for (l, &on) in kv_layers.iter().enumerate().take(b.cfg.n_layer) {
+            if on {
+                b.alloc_kv(l)?;
+            }
+        }
+        Ok(b)
     }
 
+    /// Allocates layer `l`'s cache if it has none (zeroed: positions past the tokens written
+    /// are never read).
+    fn alloc_kv(&mut self, l: usize) -> Result<&mut LayerKv> {
+        let n_layer = self.cfg.n_layer;
+        let (per_layer, n_ctx) = (self.kv_len, self.n_ctx);
+        let slot = self
+            .kv
+            .get_mut(l)
+            .ok_or_else(|| Error::InvalidArgument(format!("layer {l} of {n_layer}")))?;
+        if slot.is_none() {
+            let alloc = || -> Result<Vec<f32>> {
+                let mut v = Vec::new();
+                v.try_reserve_exact(per_layer)
+                    .map_err(|_| Error::OutOfMemory {
+                        what: format!(
+                            "KV cache of layer {l} for a context of {n_ctx} tokens ({} MiB)",
+                            (per_layer * 4 * 2) >> 20
+                        ),
+                    })?;
+                v.resize(per_layer, 0.0);
+                Ok(v)
+            };
+            *slot = Some(LayerKv {
+                k: alloc()?,
+                v: alloc()?,
+            });
+        }
+        slot.as_mut()
+            .ok_or_else(|| Error::InvalidArgument(format!("no KV cache for layer {l}")))
+    }
     /// Switches matmuls to f32 activations (see the field's comment).
     pub fn set_f32_activations(&mut self, on: bool) {
         self.f32_activations = on;
@@ -358,7 +392,7 @@ impl Backend for CpuBackend {
                 n_ctx,
             });
         }
-        let cache = &mut self.kv[layer];
+        let cache = self.alloc_kv(layer)?;
         // Append the new keys and values: rows pos0..pos0+n of [n_ctx, n_kv, hd].
         let row = n_kv * hd;
         cache.k[pos0 * row..(pos0 + n) * row].copy_from_slice(&k[..n * row]);
@@ -392,6 +426,46 @@ impl Backend for CpuBackend {
             f((g, u));
         }
         Ok(())
+    }
+
+    fn read_kv(&mut self, layer: usize, n_pos: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
+        let len = n_pos * self.cfg.kv_dim();
+        let cache = self
+            .kv
+            .get(layer)
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| Error::InvalidArgument(format!("no KV cache for layer {layer}")))?;
+        if n_pos > self.n_ctx || k.len() < len || v.len() < len {
+            return Err(Error::InvalidArgument(format!(
+                "read of {n_pos} KV positions of layer {layer} (context {})",
+                self.n_ctx
+            )));
+        }
+        k[..len].copy_from_slice(&cache.k[..len]);
+        v[..len].copy_from_slice(&cache.v[..len]);
+        Ok(())
+    }
+
+    fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let n_ctx = self.n_ctx;
+        let kv_dim = self.cfg.kv_dim();
+        let cache = self.alloc_kv(layer)?;
+        if k.len() != v.len() || k.len() > cache.k.len() || !k.len().is_multiple_of(kv_dim) {
+            return Err(Error::InvalidArgument(format!(
+                "write of {} K and {} V values into layer {layer}'s cache of {n_ctx} positions",
+                k.len(),
+                v.len()
+            )));
+        }
+        cache.k[..k.len()].copy_from_slice(k);
+        cache.v[..v.len()].copy_from_slice(v);
+        Ok(())
+    }
+
+    fn drop_kv(&mut self, layer: usize) {
+        if let Some(slot) = self.kv.get_mut(layer) {
+            *slot = None;
+        }
     }
 
     fn add(&mut self, x: &mut Vec<f32>, y: &Vec<f32>, len: usize) -> Result<()> {

@@ -4,14 +4,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::backend::Backend;
 use crate::config::Config;
 use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::gpu::{DeviceSelector, GpuAct, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
-use crate::model::{self, Logits, Scratch};
+use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
+use crate::model::Logits;
 use crate::sampler::{top_probs, Sampler};
+use crate::scheduler::{Device, Exec, PhasePlacement, Placement};
 use crate::tokenizer::{StreamDecoder, Tokenizer};
 
 /// Where the model runs.
@@ -53,6 +53,12 @@ pub struct LoadOptions {
     /// integer kernels and the GPU's matching path). Slower on the CPU; the mode in which the
     /// CPU and GPU paths agree to f32 rounding, used to validate one against the other.
     pub f32_activations: bool,
+    /// `--gpu-layers N`: the last N blocks and the head on the GPU, the rest on the CPU
+    /// (with a GPU device; `None` puts every stage on it).
+    pub gpu_layers: Option<usize>,
+    /// `--gpu-mem-budget`: bytes of GPU memory the model may use (weights, KV cache, scratch,
+    /// staging); the stages that fit go to the GPU, the rest run on the CPU.
+    pub gpu_mem_budget: Option<u64>,
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -68,6 +74,8 @@ pub struct Model {
     /// Why `auto` chose what it chose (one line for the user), if it fell back.
     device_note: Option<String>,
     f32_activations: bool,
+    /// Where each stage runs when a session starts.
+    placement: PhasePlacement,
 }
 
 impl std::fmt::Debug for Model {
@@ -111,8 +119,9 @@ impl Model {
         // Check every weight the forward pass will touch now, so a bad file fails at load and
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
-        let (gpu, device_note) = open_gpu(&gguf, &config, opts)?;
+        let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
         Ok(Model {
+            placement,
             gguf,
             config,
             tokenizer,
@@ -136,6 +145,11 @@ impl Model {
     /// Why `--device auto` fell back to the CPU, if it did.
     pub fn device_note(&self) -> Option<&str> {
         self.device_note.as_deref()
+    }
+
+    /// Where each stage runs when a session starts.
+    pub fn placement(&self) -> &PhasePlacement {
+        &self.placement
     }
 
     /// The GPU copy of the weights, when the model runs on a GPU.
@@ -191,24 +205,48 @@ impl Model {
     }
 }
 
-/// Opens the GPU the options ask for and uploads the weights; `auto` falls back to the CPU
-/// with a note, an explicit GPU choice fails with the reason.
-fn open_gpu(
-    gguf: &Gguf,
-    cfg: &Config,
-    opts: &LoadOptions,
-) -> Result<(Option<Arc<GpuModel>>, Option<String>)> {
-    let load = |sel: &DeviceSelector| -> Result<Arc<GpuModel>> {
+/// The placement the options ask for on a model of `cfg`, with a GPU.
+fn initial_placement(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Placement> {
+    let n_layer = cfg.n_layer;
+    match (opts.gpu_layers, opts.gpu_mem_budget) {
+        (Some(_), Some(_)) => Err(Error::InvalidArgument(
+            "--gpu-layers and --gpu-mem-budget are alternatives; give one".into(),
+        )),
+        (Some(n), None) => Ok(Placement::gpu_layers(n, n_layer)),
+        (None, Some(budget)) => crate::scheduler::fit_budget(gguf, cfg, budget),
+        (None, None) => Ok(Placement::all(Device::Gpu, n_layer)),
+    }
+}
+
+type Opened = (Option<Arc<GpuModel>>, Option<String>, PhasePlacement);
+
+/// Opens the GPU the options ask for and uploads the weights of the stages placed there;
+/// `auto` falls back to the CPU with a note, an explicit GPU choice fails with the reason.
+fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
+    let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
+    let load = |sel: &DeviceSelector| -> Result<(Arc<GpuModel>, PhasePlacement)> {
+        let placement = initial_placement(gguf, cfg, opts)?;
         let ctx = GpuContext::new(sel)?;
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,
+            resident: Some(placement.clone()),
             ..opts.gpu.clone()
         };
-        Ok(Arc::new(GpuModel::load(ctx, gguf, cfg, &gopts)?))
+        Ok((
+            Arc::new(GpuModel::load(ctx, gguf, cfg, &gopts)?),
+            PhasePlacement::same(placement),
+        ))
     };
+    let gpu_asked = opts.gpu_layers.is_some() || opts.gpu_mem_budget.is_some();
     match &opts.device {
-        DeviceChoice::Cpu => Ok((None, None)),
-        DeviceChoice::Gpu(sel) => Ok((Some(load(sel)?), None)),
+        DeviceChoice::Cpu if gpu_asked => Err(Error::InvalidArgument(
+            "--gpu-layers and --gpu-mem-budget need a GPU device, not --device cpu".into(),
+        )),
+        DeviceChoice::Cpu => Ok((None, None, all_cpu())),
+        DeviceChoice::Gpu(sel) => {
+            let (g, p) = load(sel)?;
+            Ok((Some(g), None, p))
+        }
         DeviceChoice::Auto => {
             let rows = crate::gpu::list_adapters();
             let hw = rows.iter().find(|r| {
@@ -228,16 +266,17 @@ fn open_gpu(
                         found.join(", ")
                     )
                 };
-                return Ok((None, Some(note)));
+                return Ok((None, Some(note), all_cpu()));
             };
             match load(&DeviceSelector::Index(hw.index)) {
-                Ok(g) => Ok((Some(g), None)),
+                Ok((g, p)) => Ok((Some(g), None, p)),
                 Err(e) => Ok((
                     None,
                     Some(format!(
                         "device auto: {} failed ({e}); running on the CPU",
                         hw.name
                     )),
+                    all_cpu(),
                 )),
             }
         }
@@ -306,13 +345,6 @@ pub struct Generation {
     pub timings: Timings,
 }
 
-/// The backend a session runs on, with its activation buffers.
-enum Exec {
-    // Boxed: both are large and a session holds one, for its whole life.
-    Cpu(Box<(CpuBackend, Scratch<Vec<f32>>)>),
-    Gpu(Box<(GpuBackend, Scratch<GpuAct>)>),
-}
-
 /// A conversation's state: the KV cache and the tokens it holds.
 pub struct Session {
     model: Arc<Model>,
@@ -333,19 +365,16 @@ impl Session {
         } else {
             n_ctx
         };
-        let exec = match &model.gpu {
-            Some(g) => {
-                let mut b = GpuBackend::new(g.clone(), n_ctx, PREFILL_BATCH)?;
-                let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
-                Exec::Gpu(Box::new((b, s)))
-            }
-            None => {
-                let mut b = CpuBackend::new(model.gguf.clone(), cfg.clone(), n_ctx)?;
-                b.set_f32_activations(model.f32_activations);
-                let s = Scratch::new(&mut b, cfg, PREFILL_BATCH)?;
-                Exec::Cpu(Box::new((b, s)))
-            }
-        };
+        let exec = Exec::new(
+            cfg.clone(),
+            model.gguf.clone(),
+            model.pool.clone(),
+            model.gpu.clone(),
+            model.placement.clone(),
+            n_ctx,
+            PREFILL_BATCH,
+            model.f32_activations,
+        )?;
         Ok(Session {
             model,
             exec,
@@ -356,18 +385,22 @@ impl Session {
 
     /// The backend's name ("cpu", "gpu:...").
     pub fn backend_name(&self) -> String {
-        match &self.exec {
-            Exec::Cpu(c) => c.0.name(),
-            Exec::Gpu(g) => g.0.name(),
-        }
+        self.exec.name()
+    }
+
+    /// The executor: placement per phase, moves, stage timings.
+    pub fn exec(&self) -> &Exec {
+        &self.exec
+    }
+
+    /// The executor, to change the placement between calls (the next pass moves what changed).
+    pub fn exec_mut(&mut self) -> &mut Exec {
+        &mut self.exec
     }
 
     /// The GPU backend, when the session runs on one (tests read its launch statistics).
     pub fn gpu_backend(&self) -> Option<&GpuBackend> {
-        match &self.exec {
-            Exec::Gpu(g) => Some(&g.0),
-            Exec::Cpu(..) => None,
-        }
+        self.exec.gpu_backend()
     }
 
     fn check_ids(&self, ids: &[u32]) -> Result<()> {
@@ -391,19 +424,7 @@ impl Session {
     pub fn eval_argmax(&mut self, ids: &[u32]) -> Result<u32> {
         self.check_ids(ids)?;
         let pos0 = self.tokens.len();
-        let cfg = &self.model.config;
-        let id = match &mut self.exec {
-            Exec::Cpu(c) => {
-                let (b, s) = &mut **c;
-                self.model
-                    .pool
-                    .install(|| model::forward_argmax(b, cfg, s, ids, pos0))?
-            }
-            Exec::Gpu(g) => {
-                let (b, s) = &mut **g;
-                model::forward_argmax(b, cfg, s, ids, pos0)?
-            }
-        };
+        let id = self.exec.forward_argmax(ids, pos0)?;
         self.tokens.extend_from_slice(ids);
         Ok(id)
     }
@@ -428,19 +449,7 @@ impl Session {
         self.check_ids(ids)?;
         let mut logits = Vec::new();
         let pos0 = self.tokens.len();
-        let cfg = &self.model.config;
-        match &mut self.exec {
-            Exec::Cpu(c) => {
-                let (b, s) = &mut **c;
-                self.model
-                    .pool
-                    .install(|| model::forward(b, cfg, s, ids, pos0, want, &mut logits))?
-            }
-            Exec::Gpu(g) => {
-                let (b, s) = &mut **g;
-                model::forward(b, cfg, s, ids, pos0, want, &mut logits)?
-            }
-        }
+        self.exec.forward(ids, pos0, want, &mut logits)?;
         self.tokens.extend_from_slice(ids);
         Ok(logits)
     }

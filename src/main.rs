@@ -39,6 +39,10 @@ struct ModelArgs {
     /// which the CPU and GPU paths agree to f32 rounding).
     #[arg(long)]
     f32_activations: bool,
+    /// Run the last N transformer blocks and the output head on the GPU and the rest on the
+    /// CPU (the hidden state crosses once per token) [default: every stage on the GPU device].
+    #[arg(long = "gpu-layers", visible_alias = "ngl", value_name = "N")]
+    gpu_layers: Option<usize>,
 }
 
 impl ModelArgs {
@@ -171,6 +175,7 @@ fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
         threads: args.threads,
         device: memwall::engine::DeviceChoice::parse(&args.device)?,
         f32_activations: args.f32_activations,
+        gpu_layers: args.gpu_layers,
         ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();
@@ -400,7 +405,12 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "decode_tps": t.decode_tps,
                 "weight_bytes_per_token": model.weight_bytes_per_token(),
             },
-            "device": model.device_name(),
+            "device": session.backend_name(),
+            "placement": {
+                "prefill": session.exec().placement().prefill.compact(),
+                "decode": session.exec().placement().decode.compact(),
+            },
+            "exec": session.exec().stats,
         });
         if a.n_probs > 0 {
             obj["top_probs"] = gen
@@ -420,7 +430,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         let gbps = t.decode_tps * model.weight_bytes_per_token() as f64 / 1e9;
         eprintln!(
             "{} | load {:.0} ms | first token {:.1} ms | prefill {} tokens at {:.1} tok/s | decode {} tokens at {:.1} tok/s ({gbps:.2} GB/s of weights)",
-            model.device_name(),
+            session.backend_name(),
             t.load_ms,
             t.ttft_ms,
             t.n_prompt,

@@ -57,7 +57,8 @@ impl Drop for GpuBackend {
 pub struct GpuBackend {
     m: Arc<GpuModel>,
     rec: Recorder,
-    kv: Vec<KvLayer>,
+    /// Per layer; `None` for layers that run on the CPU.
+    kv: Vec<Option<KvLayer>>,
     n_ctx: usize,
     /// Attention's split-over-the-sequence partials: [attention_scratch_len] f32.
     att_scratch: wgpu::Buffer,
@@ -72,6 +73,13 @@ pub struct GpuBackend {
     qx: wgpu::Buffer,
     /// Its chunk scales and sums: [max_tokens, max_cols / 32] vec4<f32>.
     qd: wgpu::Buffer,
+}
+
+fn kv_layer(m: &GpuModel, l: usize, bytes: u64) -> Result<KvLayer> {
+    Ok(KvLayer {
+        k: storage(m, &format!("kv.{l}.k"), bytes)?,
+        v: storage(m, &format!("kv.{l}.v"), bytes)?,
+    })
 }
 
 fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
@@ -112,11 +120,14 @@ impl GpuBackend {
         let kv_bytes = (n_ctx as u64)
             .saturating_mul(cfg.kv_dim() as u64)
             .saturating_mul(4);
+        // Caches for the layers whose weights are here; a layer that moves here later gets
+        // its cache then (between tokens).
         let mut kv = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
-            kv.push(KvLayer {
-                k: storage(&m, &format!("kv.{l}.k"), kv_bytes)?,
-                v: storage(&m, &format!("kv.{l}.v"), kv_bytes)?,
+            kv.push(if m.has_layer(l) {
+                Some(kv_layer(&m, l, kv_bytes)?)
+            } else {
+                None
             });
         }
         let att = attention_scratch_len(
@@ -410,7 +421,8 @@ impl Backend for GpuBackend {
         let kv = self
             .kv
             .get(layer)
-            .ok_or_else(|| Error::Gpu(format!("no KV cache for layer {layer}")))?;
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| Error::Gpu(format!("no KV cache for layer {layer} on the GPU")))?;
         let (kc, vc) = (kv.k.clone(), kv.v.clone());
         let cfg = attention_config(&m, self.n_ctx);
         let launches = m
@@ -482,6 +494,76 @@ impl Backend for GpuBackend {
             .chunks_exact(4)
             .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
             .collect())
+    }
+
+    fn read_kv(&mut self, layer: usize, n_pos: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
+        let len = n_pos * self.m.cfg.kv_dim();
+        let (kc, vc) = match self.kv.get(layer).and_then(|c| c.as_ref()) {
+            Some(c) => (c.k.clone(), c.v.clone()),
+            None => {
+                return Err(Error::Gpu(format!(
+                    "no KV cache for layer {layer} on the GPU"
+                )))
+            }
+        };
+        if n_pos > self.n_ctx || k.len() < len || v.len() < len {
+            return Err(Error::Gpu(format!(
+                "read of {n_pos} KV positions of layer {layer} (context {})",
+                self.n_ctx
+            )));
+        }
+        for (buf, dst) in [(&kc, k), (&vc, v)] {
+            let bytes = self.read_bytes(buf, len as u64 * 4)?;
+            for (d, c) in dst[..len].iter_mut().zip(bytes.chunks_exact(4)) {
+                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
+            }
+        }
+        Ok(())
+    }
+
+    fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let kv_dim = self.m.cfg.kv_dim();
+        let kv_bytes = (self.n_ctx as u64) * kv_dim as u64 * 4;
+        if layer >= self.kv.len()
+            || k.len() != v.len()
+            || k.len() as u64 * 4 > kv_bytes
+            || !k.len().is_multiple_of(kv_dim)
+        {
+            return Err(Error::Gpu(format!(
+                "write of {} K and {} V values into layer {layer}'s cache of {} positions",
+                k.len(),
+                v.len(),
+                self.n_ctx
+            )));
+        }
+        if self.kv[layer].is_none() {
+            self.kv[layer] = Some(kv_layer(&self.m, layer, kv_bytes)?);
+        }
+        // Recorded work must see the old contents: submit it before the queue writes.
+        self.rec.flush(&self.m.ctx)?;
+        if let Some(c) = &self.kv[layer] {
+            self.m
+                .ctx
+                .queue
+                .write_buffer(&c.k, 0, bytemuck::cast_slice(k));
+            self.m
+                .ctx
+                .queue
+                .write_buffer(&c.v, 0, bytemuck::cast_slice(v));
+        }
+        Ok(())
+    }
+
+    fn drop_kv(&mut self, layer: usize) {
+        if let Some(slot) = self.kv.get_mut(layer) {
+            if slot.take().is_some() {
+                // Cached bind groups name the freed buffers and would keep them alive; they
+                // are rebuilt on next use (a migration is between tokens, not in the loop).
+                if self.rec.flush(&self.m.ctx).is_ok() {
+                    self.rec.clear_cache();
+                }
+            }
+        }
     }
 
     fn sync(&mut self) -> Result<()> {

@@ -36,4 +36,4 @@ pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
 pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};
-pub use weights::{GpuLoadOptions, GpuModel};
+pub use weights::{needed_on_gpu, GpuLoadOptions, GpuModel};

@@ -20,6 +20,7 @@ use crate::gpu::kernels::{upload_f32, upload_matrix, GpuMatrix, Kernels};
 use crate::gpu::ops::{rope_freqs, RopeConfig};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::WeightFormat;
+use crate::scheduler::{Device, Placement};
 
 /// Rows `row0..row0 + m.rows` of a weight matrix.
 pub struct MatrixPart {
@@ -45,6 +46,22 @@ pub struct GpuLoadOptions {
     /// integer dot products as the CPU for Q4_0/Q4_1/Q8_0 weights, so the two paths agree to
     /// f32 rounding; f32 activations are slightly closer to exact arithmetic.
     pub f32_activations: bool,
+    /// The stages whose weights go to the GPU (those placed there in any phase); `None`
+    /// uploads every weight. The others stay in the mmap for the CPU backend.
+    pub resident: Option<Placement>,
+}
+
+/// Whether weight `id` is needed on the GPU by the stages `p` puts there.
+pub fn needed_on_gpu(id: WeightId, p: &Placement, tied_embeddings: bool) -> bool {
+    let gpu = |d: Device| d == Device::Gpu;
+    match id {
+        WeightId::TokEmbd => gpu(p.embed) || (tied_embeddings && gpu(p.head)),
+        WeightId::OutputNorm | WeightId::Output => gpu(p.head),
+        other => other
+            .layer_index()
+            .and_then(|l| p.layers.get(l))
+            .is_some_and(|&d| gpu(d)),
+    }
 }
 
 /// The compiled kernels and resident weights of one model on one adapter.
@@ -86,6 +103,11 @@ impl GpuModel {
         let mut warnings = Vec::new();
         let mut weight_bytes = 0u64;
         for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
+            if let Some(p) = &opts.resident {
+                if !needed_on_gpu(id, p, cfg.tied_embeddings) {
+                    continue;
+                }
+            }
             let t = gguf.require_tensor(&id.tensor_name())?;
             let data = gguf.tensor_data(t);
             let tensor_err = |msg: String| Error::Tensor {
@@ -167,6 +189,16 @@ impl GpuModel {
             freq_scale: self.cfg.rope_freq_scale,
             neox: matches!(self.cfg.rope_kind, crate::config::RopeKind::Neox),
         }
+    }
+
+    /// Whether transformer block `l`'s weights are on the GPU.
+    pub fn has_layer(&self, l: usize) -> bool {
+        self.mats.contains_key(&WeightId::Wq(l))
+    }
+
+    /// Whether the weight is on the GPU.
+    pub fn has(&self, id: WeightId) -> bool {
+        self.mats.contains_key(&id) || self.vecs.contains_key(&id)
     }
 
     pub fn matrix(&self, id: WeightId) -> Result<&GpuWeightMatrix> {

@@ -6,6 +6,10 @@
 
 use std::fmt;
 
+pub mod exec;
+
+pub use exec::{Exec, ExecStats, StageTimes};
+
 /// Where one stage of the forward pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -163,6 +167,17 @@ impl PhasePlacement {
             Phase::Decode => &mut self.decode,
         }
     }
+}
+
+/// The placement for a GPU memory budget (TEMPORARY until crate::plan lands).
+pub fn fit_budget(
+    _gguf: &crate::gguf::Gguf,
+    _cfg: &crate::config::Config,
+    _budget: u64,
+) -> crate::error::Result<Placement> {
+    Err(crate::error::Error::InvalidArgument(
+        "--gpu-mem-budget is not wired yet".into(),
+    ))
 }
 
 #[cfg(test)]

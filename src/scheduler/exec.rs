@@ -1,0 +1,501 @@
+//! Runs the forward pass with each stage on the device its placement names.
+//!
+//! The model code (`crate::model`) stays written once against `Backend`: the executor calls its
+//! stages (embedding, one block, head) on the CPU or the GPU backend and moves the hidden state
+//! (`[n, n_embd]` f32) through the host where two consecutive stages sit on different devices.
+//! Each layer's KV cache lives on the device that last ran the layer; before a forward pass
+//! whose placement puts a layer elsewhere, its cached rows are copied over exactly (both
+//! backends keep f32 caches), so moving a layer never changes a result. Moves happen between
+//! forward passes, never inside one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::backend::Backend;
+use crate::config::Config;
+use crate::cpu_backend::CpuBackend;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::gpu::{GpuAct, GpuBackend, GpuModel};
+use crate::model::{embed_stage, head_stage, layer_stage, Logits, Scratch};
+use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
+
+/// Wall-clock milliseconds of each stage of one forward pass, each stage synchronized with its
+/// device before the clock stops (a measured pass, see [`Exec::measure_next`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StageTimes {
+    pub phase: Phase,
+    /// Tokens in the pass.
+    pub tokens: usize,
+    pub embed: (Device, f64),
+    pub layers: Vec<(Device, f64)>,
+    pub head: Option<(Device, f64)>,
+    /// Total milliseconds spent moving the hidden state between devices, and how many moves.
+    pub crossing_ms: f64,
+    pub crossings: usize,
+}
+
+/// A layer's KV cache moved between devices.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KvMove {
+    pub layer: usize,
+    pub from: Device,
+    pub to: Device,
+    /// Cached positions copied.
+    pub positions: usize,
+}
+
+/// Counters over a session.
+#[derive(Debug, Clone, Default, serde::Serialize)]
+pub struct ExecStats {
+    /// Hidden-state moves between devices.
+    pub crossings: u64,
+    /// KV cache moves (a layer changed device between passes).
+    pub kv_moves: u64,
+    /// Positions copied by those moves.
+    pub kv_positions_moved: u64,
+}
+
+/// A placement-driven forward pass over a CPU backend and, when the model has one, a GPU
+/// backend.
+pub struct Exec {
+    cfg: Config,
+    gguf: Arc<Gguf>,
+    pool: Arc<rayon::ThreadPool>,
+    gpu_model: Option<Arc<GpuModel>>,
+    n_ctx: usize,
+    batch: usize,
+    f32_activations: bool,
+    /// Made when a placement first puts a stage on the CPU.
+    cpu: Option<(CpuBackend, Scratch<Vec<f32>>)>,
+    /// Made when a placement first puts a stage on the GPU.
+    gpu: Option<(GpuBackend, Scratch<GpuAct>)>,
+    placement: PhasePlacement,
+    /// Where layer l's cached positions 0..n_past live.
+    kv_home: Vec<Device>,
+    /// Hidden state in transit between devices: [batch, n_embd].
+    host: Vec<f32>,
+    measure_next: bool,
+    /// The measured pass in progress (the head adds its time).
+    pending: Option<StageTimes>,
+    last_times: Option<StageTimes>,
+    pub stats: ExecStats,
+}
+
+/// Runs `$body` with `$b`, `$s` bound to the backend and scratch of device `$d`.
+macro_rules! on_dev {
+    ($self:ident, $d:expr, |$b:ident, $s:ident| $body:expr) => {
+        match $d {
+            Device::Cpu => {
+                let (ref mut $b, ref mut $s) = *$self.cpu_side()?;
+                $body
+            }
+            Device::Gpu => {
+                let (ref mut $b, ref mut $s) = *$self.gpu_side()?;
+                $body
+            }
+        }
+    };
+}
+
+/// A pass of more than one token is prompt processing.
+fn phase_of(n_tokens: usize) -> Phase {
+    if n_tokens > 1 {
+        Phase::Prefill
+    } else {
+        Phase::Decode
+    }
+}
+
+impl Exec {
+    /// An executor for `placement` with a KV cache of `n_ctx` positions and batches of up to
+    /// `batch` tokens. A placement that puts a stage on the GPU needs `gpu_model` holding that
+    /// stage's weights.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        cfg: Config,
+        gguf: Arc<Gguf>,
+        pool: Arc<rayon::ThreadPool>,
+        gpu_model: Option<Arc<GpuModel>>,
+        placement: PhasePlacement,
+        n_ctx: usize,
+        batch: usize,
+        f32_activations: bool,
+    ) -> Result<Exec> {
+        if n_ctx == 0 || batch == 0 {
+            return Err(Error::InvalidArgument(
+                "context and batch must be at least 1 token".into(),
+            ));
+        }
+        let mut e = Exec {
+            kv_home: placement.prefill.layers.clone(),
+            host: vec![0.0; batch * cfg.n_embd],
+            cfg,
+            gguf,
+            pool,
+            gpu_model,
+            n_ctx,
+            batch,
+            f32_activations,
+            cpu: None,
+            gpu: None,
+            placement: placement.clone(),
+            measure_next: false,
+            pending: None,
+            last_times: None,
+            stats: ExecStats::default(),
+        };
+        for phase in [Phase::Prefill, Phase::Decode] {
+            e.check(placement.get(phase))?;
+        }
+        // Make the backends the placements use now, so an out-of-memory shows at start.
+        if placement.prefill.uses(Device::Cpu) || placement.decode.uses(Device::Cpu) {
+            e.cpu_side()?;
+        }
+        if placement.prefill.uses(Device::Gpu) || placement.decode.uses(Device::Gpu) {
+            e.gpu_side()?;
+        }
+        Ok(e)
+    }
+
+    /// Checks that `p` fits this model and that every GPU stage's weights are on the GPU.
+    fn check(&self, p: &Placement) -> Result<()> {
+        if p.layers.len() != self.cfg.n_layer {
+            return Err(Error::InvalidArgument(format!(
+                "placement of {} layers for a model of {}",
+                p.layers.len(),
+                self.cfg.n_layer
+            )));
+        }
+        if !p.uses(Device::Gpu) {
+            return Ok(());
+        }
+        let g = self.gpu_model.as_ref().ok_or_else(|| {
+            Error::InvalidArgument(format!("placement {p} uses the GPU but none is open"))
+        })?;
+        let tied = self.cfg.tied_embeddings;
+        let missing = crate::cpu_backend::CpuBackend::expected(&self.cfg)
+            .into_iter()
+            .map(|(id, _)| id)
+            .find(|&id| crate::gpu::needed_on_gpu(id, p, tied) && !g.has(id));
+        match missing {
+            Some(id) => Err(Error::InvalidArgument(format!(
+                "placement {p} runs {} on the GPU, but its weights were not uploaded",
+                id.tensor_name()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn cpu_side(&mut self) -> Result<&mut (CpuBackend, Scratch<Vec<f32>>)> {
+        if self.cpu.is_none() {
+            let kv: Vec<bool> = self.kv_home.iter().map(|&d| d == Device::Cpu).collect();
+            let mut b =
+                CpuBackend::with_kv_layers(self.gguf.clone(), self.cfg.clone(), self.n_ctx, &kv)?;
+            b.set_f32_activations(self.f32_activations);
+            let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
+            self.cpu = Some((b, s));
+        }
+        self.cpu
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("no CPU backend".into()))
+    }
+
+    fn gpu_side(&mut self) -> Result<&mut (GpuBackend, Scratch<GpuAct>)> {
+        if self.gpu.is_none() {
+            let m = self
+                .gpu_model
+                .clone()
+                .ok_or_else(|| Error::InvalidArgument("no GPU is open".into()))?;
+            let mut b = GpuBackend::new(m, self.n_ctx, self.batch)?;
+            let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
+            self.gpu = Some((b, s));
+        }
+        self.gpu
+            .as_mut()
+            .ok_or_else(|| Error::InvalidArgument("no GPU backend".into()))
+    }
+
+    /// The placement of `phase`.
+    pub fn placement(&self) -> &PhasePlacement {
+        &self.placement
+    }
+
+    /// Replaces the placement of `phase`; the move (KV rows of the layers that change device)
+    /// happens at the start of the next pass of that phase.
+    pub fn set_placement(&mut self, phase: Phase, p: Placement) -> Result<()> {
+        self.check(&p)?;
+        *self.placement.get_mut(phase) = p;
+        Ok(())
+    }
+
+    /// The GPU backend, if one was made (tests read its launch statistics).
+    pub fn gpu_backend(&self) -> Option<&GpuBackend> {
+        self.gpu.as_ref().map(|g| &g.0)
+    }
+
+    /// Synchronizes after every stage of the next pass and records its times
+    /// ([`Exec::take_times`]).
+    pub fn measure_next(&mut self) {
+        self.measure_next = true;
+    }
+
+    /// The stage times of the last measured pass.
+    pub fn take_times(&mut self) -> Option<StageTimes> {
+        self.last_times.take()
+    }
+
+    /// A short name of what runs where, e.g. `cpu`, `gpu:lavapipe (Vulkan)` or
+    /// `cpu+gpu:... [c|cccGGG|G]`.
+    pub fn name(&self) -> String {
+        let p = &self.placement.decode;
+        let gpu_name = self
+            .gpu_model
+            .as_ref()
+            .map(|g| format!("gpu:{} ({})", g.ctx.info.name, g.ctx.info.backend));
+        match (p.uses(Device::Cpu), p.uses(Device::Gpu), gpu_name) {
+            (true, true, Some(g)) => format!("cpu+{g} [{p}]"),
+            (false, true, Some(g)) => g,
+            _ => "cpu".into(),
+        }
+    }
+
+    /// Moves the KV rows 0..n_past of every layer that `p` puts on another device than the
+    /// one holding them.
+    fn migrate(&mut self, p: &Placement, n_past: usize) -> Result<()> {
+        let kv_len = n_past * self.cfg.kv_dim();
+        let mut k = Vec::new();
+        let mut v = Vec::new();
+        for l in 0..self.cfg.n_layer {
+            let (from, to) = (self.kv_home[l], p.layers[l]);
+            if from == to {
+                continue;
+            }
+            if n_past > 0 {
+                k.resize(kv_len, 0.0);
+                v.resize(kv_len, 0.0);
+                on_dev!(self, from, |b, _s| b.read_kv(l, n_past, &mut k, &mut v))?;
+                on_dev!(self, to, |b, _s| b.write_kv(l, &k, &v))?;
+                self.stats.kv_moves += 1;
+                self.stats.kv_positions_moved += n_past as u64;
+                log::info!("layer {l}: KV cache of {n_past} positions moved {from} -> {to}");
+            } else {
+                // Nothing cached yet: give the new device an empty cache.
+                on_dev!(self, to, |b, _s| b.write_kv(l, &[], &[]))?;
+            }
+            on_dev!(self, from, |b, _s| {
+                b.drop_kv(l);
+                Ok::<(), Error>(())
+            })?;
+            self.kv_home[l] = to;
+        }
+        Ok(())
+    }
+
+    /// Moves the KV cache (positions 0..n_past) to where `phase`'s placement wants it now,
+    /// instead of at the start of that phase's next pass.
+    pub fn settle(&mut self, phase: Phase, n_past: usize) -> Result<()> {
+        let p = self.placement.get(phase).clone();
+        let pool = self.pool.clone();
+        pool.install(|| self.migrate(&p, n_past))
+    }
+
+    /// Where each layer's KV cache is now.
+    pub fn kv_home(&self) -> &[Device] {
+        &self.kv_home
+    }
+
+    /// Copies the hidden state of `n` tokens from device `from` to device `to`.
+    fn cross(&mut self, from: Device, to: Device, n: usize) -> Result<()> {
+        let len = n * self.cfg.n_embd;
+        let mut host = std::mem::take(&mut self.host);
+        let r = (|| {
+            on_dev!(self, from, |b, s| b.read(&s.x, &mut host[..len]))?;
+            on_dev!(self, to, |b, s| b.write(&mut s.x, &host[..len]))
+        })();
+        self.host = host;
+        self.stats.crossings += 1;
+        r
+    }
+
+    /// Runs `tokens` at positions pos0.. through the placed model in batches, calling
+    /// `after(exec, device of the hidden state, first index, n)` after each batch.
+    fn run(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        mut after: impl FnMut(&mut Exec, Device, usize, usize) -> Result<()>,
+    ) -> Result<()> {
+        if tokens.is_empty() {
+            return Err(Error::InvalidArgument("no tokens to evaluate".into()));
+        }
+        if pos0 + tokens.len() > self.n_ctx {
+            return Err(Error::ContextOverflow {
+                n_prompt: pos0 + tokens.len(),
+                n_ctx: self.n_ctx,
+            });
+        }
+        let phase = phase_of(tokens.len());
+        let p = self.placement.get(phase).clone();
+        self.migrate(&p, pos0)?;
+        let measure = std::mem::take(&mut self.measure_next);
+        self.pending = None;
+        let mut times = measure.then(|| StageTimes {
+            phase,
+            tokens: tokens.len(),
+            embed: (p.embed, 0.0),
+            layers: p.layers.iter().map(|&d| (d, 0.0)).collect(),
+            head: None,
+            crossing_ms: 0.0,
+            crossings: 0,
+        });
+        let cfg = self.cfg.clone();
+        let mut done = 0;
+        for chunk in tokens.chunks(self.batch) {
+            let n = chunk.len();
+            let mut t = Instant::now();
+            on_dev!(self, p.embed, |b, s| embed_stage(b, s, chunk))?;
+            if let Some(times) = times.as_mut() {
+                on_dev!(self, p.embed, |b, _s| b.sync())?;
+                times.embed.1 += t.elapsed().as_secs_f64() * 1e3;
+            }
+            let mut at = p.embed;
+            for (l, &d) in p.layers.iter().enumerate() {
+                if d != at {
+                    t = Instant::now();
+                    self.cross(at, d, n)?;
+                    if let Some(times) = times.as_mut() {
+                        times.crossings += 1;
+                        times.crossing_ms += t.elapsed().as_secs_f64() * 1e3;
+                    }
+                    at = d;
+                }
+                t = Instant::now();
+                on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                if let Some(times) = times.as_mut() {
+                    on_dev!(self, d, |b, _s| b.sync())?;
+                    times.layers[l].1 += t.elapsed().as_secs_f64() * 1e3;
+                }
+            }
+            // The head (in `after`) adds its time and crossing to the pass being measured.
+            self.pending = times.take();
+            after(self, at, done, n)?;
+            times = self.pending.take();
+            done += n;
+        }
+        if measure {
+            self.last_times = times;
+        }
+        Ok(())
+    }
+
+    /// Final norm and head on rows first..first+n_rows of the hidden state of a batch of `n`
+    /// tokens (now on `at`) in a pass of `n_total` tokens, moving the state to the head's
+    /// device first. Returns that device.
+    fn head(
+        &mut self,
+        at: Device,
+        n_total: usize,
+        n: usize,
+        first: usize,
+        n_rows: usize,
+    ) -> Result<Device> {
+        let d = self.placement.get(phase_of(n_total)).head;
+        if d != at {
+            let t = Instant::now();
+            self.cross(at, d, n)?;
+            if let Some(times) = self.pending.as_mut() {
+                times.crossings += 1;
+                times.crossing_ms += t.elapsed().as_secs_f64() * 1e3;
+            }
+        }
+        let cfg = self.cfg.clone();
+        on_dev!(self, d, |b, s| head_stage(b, &cfg, s, first, n_rows))?;
+        Ok(d)
+    }
+
+    /// Adds the head's time (since `t`, the device synchronized) to a measured pass.
+    fn note_head(&mut self, d: Device, t: Instant) -> Result<()> {
+        if self.pending.is_some() {
+            on_dev!(self, d, |b, _s| b.sync())?;
+            if let Some(times) = self.pending.as_mut() {
+                let ms = t.elapsed().as_secs_f64() * 1e3;
+                let prev = times.head.map_or(0.0, |h| h.1);
+                times.head = Some((d, prev + ms));
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends `tokens` (at positions pos0..) and the wanted logits to `logits_out`
+    /// ([rows, n_vocab]).
+    pub fn forward(
+        &mut self,
+        tokens: &[u32],
+        pos0: usize,
+        want: Logits,
+        logits_out: &mut Vec<f32>,
+    ) -> Result<()> {
+        let pool = self.pool.clone();
+        let n_total = tokens.len();
+        let n_vocab = self.cfg.n_vocab;
+        pool.install(|| {
+            self.run(tokens, pos0, |e, at, start_idx, n| {
+                let done = start_idx + n;
+                let rows = match want {
+                    Logits::None => None,
+                    Logits::Last if done == n_total => Some((n - 1, 1)),
+                    Logits::Last => None,
+                    Logits::All => Some((0, n)),
+                    Logits::From(k) if k < done => {
+                        let first = k.saturating_sub(start_idx);
+                        Some((first, n - first))
+                    }
+                    Logits::From(_) => None,
+                };
+                if let Some((first, n_rows)) = rows {
+                    let t = Instant::now();
+                    let d = e.head(at, n_total, n, first, n_rows)?;
+                    let start = logits_out.len();
+                    logits_out.resize(start + n_rows * n_vocab, 0.0);
+                    on_dev!(e, d, |b, s| b.read(&s.logits, &mut logits_out[start..]))?;
+                    e.note_head(d, t)?;
+                }
+                Ok(())
+            })
+        })
+    }
+
+    /// As [`Exec::forward`], returning only the most likely next token after the last one;
+    /// the head's device reduces the logits (a GPU reads back one id).
+    pub fn forward_argmax(&mut self, tokens: &[u32], pos0: usize) -> Result<u32> {
+        let pool = self.pool.clone();
+        let n_total = tokens.len();
+        let n_vocab = self.cfg.n_vocab;
+        let mut id = None;
+        pool.install(|| {
+            self.run(tokens, pos0, |e, at, start_idx, n| {
+                if start_idx + n == n_total {
+                    let t = Instant::now();
+                    let d = e.head(at, n_total, n, n - 1, 1)?;
+                    id = on_dev!(e, d, |b, s| b.argmax(&s.logits, 1, n_vocab))?
+                        .first()
+                        .copied();
+                    e.note_head(d, t)?;
+                }
+                Ok(())
+            })
+        })?;
+        id.ok_or_else(|| Error::InvalidArgument("no logits computed".into()))
+    }
+
+    /// Bytes of KV cache held per device: [cpu, gpu].
+    pub fn kv_bytes(&self) -> [u64; 2] {
+        let per_layer = (self.n_ctx * self.cfg.kv_dim() * 4 * 2) as u64;
+        let mut out = [0u64; 2];
+        for &d in &self.kv_home {
+            out[d.index()] += per_layer;
+        }
+        out
+    }
+}
