@@ -59,6 +59,9 @@ pub struct LoadOptions {
     /// `--gpu-mem-budget`: bytes of GPU memory the model may use (weights, KV cache, scratch,
     /// staging); the stages that fit go to the GPU, the rest run on the CPU.
     pub gpu_mem_budget: Option<u64>,
+    /// With `gpu_mem_budget`: run the blocks that do not fit on the GPU too, streaming their
+    /// weights from the mmap through two block-sized slots, instead of on the CPU.
+    pub stream: bool,
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -205,17 +208,39 @@ impl Model {
     }
 }
 
-/// The placement the options ask for on a model of `cfg`, with a GPU.
-fn initial_placement(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Placement> {
+/// Where the stages run and which ones have resident GPU weights, for the options, on a
+/// model of `cfg` with a GPU.
+fn initial_placement(
+    gguf: &Gguf,
+    cfg: &Config,
+    opts: &LoadOptions,
+) -> Result<(Placement, Placement)> {
     let n_layer = cfg.n_layer;
-    match (opts.gpu_layers, opts.gpu_mem_budget) {
-        (Some(_), Some(_)) => Err(Error::InvalidArgument(
-            "--gpu-layers and --gpu-mem-budget are alternatives; give one".into(),
-        )),
-        (Some(n), None) => Ok(Placement::gpu_layers(n, n_layer)),
-        (None, Some(budget)) => crate::scheduler::fit_budget(gguf, cfg, budget),
-        (None, None) => Ok(Placement::all(Device::Gpu, n_layer)),
-    }
+    let (run, resident) = match (opts.gpu_layers, opts.gpu_mem_budget) {
+        (Some(_), Some(_)) => {
+            return Err(Error::InvalidArgument(
+                "--gpu-layers and --gpu-mem-budget are alternatives; give one".into(),
+            ))
+        }
+        (Some(n), None) => {
+            let p = Placement::gpu_layers(n, n_layer);
+            (p.clone(), p)
+        }
+        (None, Some(budget)) => {
+            let fit = crate::scheduler::fit_budget(gguf, cfg, budget)?;
+            if opts.stream {
+                (Placement::all(Device::Gpu, n_layer), fit)
+            } else {
+                (fit.clone(), fit)
+            }
+        }
+        (None, None) => {
+            let p = Placement::all(Device::Gpu, n_layer);
+            (p.clone(), p)
+        }
+    };
+    // Tests pin the resident set to exercise streaming without a budget.
+    Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
 }
 
 type Opened = (Option<Arc<GpuModel>>, Option<String>, PhasePlacement);
@@ -225,11 +250,11 @@ type Opened = (Option<Arc<GpuModel>>, Option<String>, PhasePlacement);
 fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
     let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
     let load = |sel: &DeviceSelector| -> Result<(Arc<GpuModel>, PhasePlacement)> {
-        let placement = initial_placement(gguf, cfg, opts)?;
+        let (placement, resident) = initial_placement(gguf, cfg, opts)?;
         let ctx = GpuContext::new(sel)?;
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,
-            resident: Some(placement.clone()),
+            resident: Some(resident),
             ..opts.gpu.clone()
         };
         Ok((

@@ -220,3 +220,55 @@ fn placement_errors_are_clear() {
         .to_string();
     assert!(err.contains("--gpu-layers"), "{err}");
 }
+
+#[test]
+fn streamed_blocks_give_the_same_results_as_resident_ones() {
+    // Only the last 2 blocks (and the head) resident; the other 28 run on the GPU too, their
+    // weights streamed from the mmap through two slots. Same kernels on the same device as the
+    // all-resident run: ids and logits must be identical.
+    let resident = load(gpu(), None, false);
+    let n_layer = resident.config().n_layer;
+    let opts = LoadOptions {
+        device: gpu(),
+        gpu: memwall::gpu::GpuLoadOptions {
+            resident: Some(Placement::gpu_layers(2, n_layer)),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let streamed = Arc::new(Model::load(common::model_path(), &opts).unwrap());
+    let g = streamed.gpu().unwrap();
+    assert!(!g.has_layer(0) && !g.has_layer(n_layer - 3) && g.has_layer(n_layer - 2));
+    assert_eq!(
+        streamed.placement().decode,
+        Placement::all(Device::Gpu, n_layer),
+        "every block runs on the GPU"
+    );
+    for (prompt, _) in prompts(2) {
+        let run = |m: &Arc<Model>| {
+            let mut s = m.session(128).unwrap();
+            let mut logits = vec![s.eval(&prompt, Logits::Last).unwrap()];
+            let mut ids = Vec::new();
+            for _ in 0..6 {
+                let id = memwall::sampler::argmax(logits.last().unwrap()) as u32;
+                ids.push(id);
+                logits.push(s.eval(&[id], Logits::Last).unwrap());
+            }
+            let loads = s.gpu_backend().unwrap().stream_stats().map(|x| x.0);
+            (ids, logits, loads)
+        };
+        let (ids_r, logits_r, loads_r) = run(&resident);
+        let (ids_s, logits_s, loads_s) = run(&streamed);
+        assert_eq!(
+            loads_r, None,
+            "nothing streams when every block is resident"
+        );
+        // 28 blocks per pass, 7 passes.
+        assert_eq!(loads_s, Some(28 * 7));
+        assert_eq!(ids_s, ids_r);
+        assert!(
+            logits_s == logits_r,
+            "streamed logits differ from resident ones"
+        );
+    }
+}

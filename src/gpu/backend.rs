@@ -10,12 +10,14 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, WeightId};
 use crate::error::{Error, Result};
+use crate::gguf::Gguf;
 use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
 use crate::gpu::kernels::Launch;
 use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::recorder::Recorder;
 use crate::gpu::shaders::KernelKey;
-use crate::gpu::weights::GpuModel;
+use crate::gpu::stream::StreamRing;
+use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
 /// larger ones the tiled matmul.
@@ -73,6 +75,8 @@ pub struct GpuBackend {
     qx: wgpu::Buffer,
     /// Its chunk scales and sums: [max_tokens, max_cols / 32] vec4<f32>.
     qd: wgpu::Buffer,
+    /// Slots for blocks that run here without resident weights (see `gpu::stream`).
+    stream: Option<StreamRing>,
 }
 
 fn kv_layer(m: &GpuModel, l: usize, bytes: u64) -> Result<KvLayer> {
@@ -154,7 +158,59 @@ impl GpuBackend {
             max_tokens,
             argmax_out,
             staging: None,
+            stream: None,
         })
+    }
+
+    /// Lets blocks whose weights are not resident run here, streamed from `gguf` (the file the
+    /// model was loaded from) into a ring of two block-sized slots, made now.
+    pub fn enable_streaming(&mut self, gguf: Arc<Gguf>) -> Result<()> {
+        if self.stream.is_none() {
+            let m = Arc::clone(&self.m);
+            self.stream = Some(m.ctx.scoped("layer streaming slots", || {
+                StreamRing::new(&m.ctx, gguf, m.max_binding_bytes)
+            })?);
+        }
+        Ok(())
+    }
+
+    /// Makes block `l`'s weights available: resident ones are; others are loaded into a
+    /// stream slot (after submitting the work recorded so far, which may read that slot).
+    /// Returns whether the block is streamed.
+    pub fn stream_in(&mut self, l: usize) -> Result<bool> {
+        if self.m.has_layer(l) {
+            return Ok(false);
+        }
+        let m = Arc::clone(&self.m);
+        let ring = self.stream.as_ref().ok_or_else(|| {
+            Error::Gpu(format!(
+                "block {l}'s weights are not on the GPU and layer streaming is off"
+            ))
+        })?;
+        if !ring.holds(l) {
+            self.rec.flush(&m.ctx)?;
+            if let Some(ring) = self.stream.as_mut() {
+                ring.load(&m.ctx, l)?;
+            }
+        }
+        Ok(true)
+    }
+
+    /// (blocks loaded, bytes copied, GPU bytes of the slots) of layer streaming.
+    pub fn stream_stats(&self) -> Option<(u64, u64, u64)> {
+        self.stream
+            .as_ref()
+            .map(|r| (r.n_loads, r.bytes_loaded, r.bytes))
+    }
+
+    /// A weight matrix: the resident copy, else the streamed one.
+    fn weight(&self, w: WeightId) -> Result<GpuWeightMatrix> {
+        if let Some(m) = self.stream.as_ref().and_then(|r| r.matrix(w)) {
+            if !self.m.has(w) {
+                return Ok(m.clone());
+            }
+        }
+        self.m.matrix(w).cloned()
     }
 
     pub fn model(&self) -> &Arc<GpuModel> {
@@ -235,7 +291,7 @@ impl GpuBackend {
     /// Records `out = W x` for `n` tokens, each part of a split matrix writing its rows.
     fn matmul_parts(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &GpuAct) -> Result<()> {
         let m = Arc::clone(&self.m);
-        let mat = m.matrix(w)?;
+        let mat = &self.weight(w)?;
         if x.len < n * mat.cols || out.len < n * mat.rows {
             return Err(Error::Gpu(format!(
                 "matmul {}: [{}, {}] x {n} tokens with buffers of {} and {} values",

@@ -131,6 +131,7 @@ impl<'a> Launch<'a> {
 }
 
 /// A weight matrix resident on the GPU, in [`PackedMatrix`]'s layout.
+#[derive(Clone)]
 pub struct GpuMatrix {
     pub ty: WeightFormat,
     pub rows: usize,

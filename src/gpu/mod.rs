@@ -29,6 +29,7 @@ pub mod recorder;
 pub mod repack;
 pub mod selftest;
 pub mod shaders;
+pub mod stream;
 pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};

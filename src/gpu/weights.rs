@@ -23,12 +23,14 @@ use crate::gpu::shaders::WeightFormat;
 use crate::scheduler::{Device, Placement};
 
 /// Rows `row0..row0 + m.rows` of a weight matrix.
+#[derive(Clone)]
 pub struct MatrixPart {
     pub m: GpuMatrix,
     pub row0: usize,
 }
 
 /// A weight matrix as one or more row ranges, each within one storage binding.
+#[derive(Clone)]
 pub struct GpuWeightMatrix {
     pub rows: usize,
     pub cols: usize,
@@ -104,7 +106,9 @@ impl GpuModel {
         let mut weight_bytes = 0u64;
         for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
             if let Some(p) = &opts.resident {
-                if !needed_on_gpu(id, p, cfg.tied_embeddings) {
+                // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
+                // a streamed layer only moves its matrices.
+                if dims.len() >= 2 && !needed_on_gpu(id, p, cfg.tied_embeddings) {
                     continue;
                 }
             }
@@ -122,33 +126,9 @@ impl GpuModel {
                 continue;
             }
             let (cols, rows) = (dims[0], dims[1]);
-            let (ty, owned);
-            let bytes: &[u8] = match WeightFormat::from_ggml(t.ty) {
-                Some(f) => {
-                    ty = f;
-                    data
-                }
-                None => {
-                    // No kernel decodes this format: convert once, at load.
-                    let f = kernels_ref::dequantize_vec(t.ty, data, rows * cols)
-                        .map_err(|e| tensor_err(e.to_string()))?;
-                    ty = if cols.is_multiple_of(32) {
-                        WeightFormat::Q8_0
-                    } else {
-                        WeightFormat::F32
-                    };
-                    owned = kernels_ref::quantize(ty.ggml(), &f)
-                        .map_err(|e| tensor_err(e.to_string()))?;
-                    warnings.push(format!(
-                        "{}: {} has no GPU kernel; converted to {} at load",
-                        t.name,
-                        t.ty.name(),
-                        ty.ggml().name()
-                    ));
-                    &owned
-                }
-            };
-            let m = upload_split(&ctx, &t.name, ty, bytes, rows, cols, limit)?;
+            let (ty, bytes, warning) = gpu_format(t.ty, &t.name, data, rows, cols)?;
+            warnings.extend(warning);
+            let m = upload_split(&ctx, &t.name, ty, &bytes, rows, cols, limit)?;
             weight_bytes += m
                 .parts
                 .iter()
@@ -212,6 +192,40 @@ impl GpuModel {
             .get(&id)
             .ok_or_else(|| Error::Gpu(format!("{} is not on the GPU", id.tensor_name())))
     }
+}
+
+/// The format a matrix of ggml type `ty` takes on the GPU and its bytes in that format: the
+/// mmap's bytes when a kernel decodes `ty`, else a conversion (to Q8_0, or F32 when a row is
+/// not whole Q8_0 blocks) with the warning to show.
+pub fn gpu_format<'a>(
+    ty: GgmlType,
+    name: &str,
+    data: &'a [u8],
+    rows: usize,
+    cols: usize,
+) -> Result<(WeightFormat, std::borrow::Cow<'a, [u8]>, Option<String>)> {
+    if let Some(f) = WeightFormat::from_ggml(ty) {
+        return Ok((f, std::borrow::Cow::Borrowed(data), None));
+    }
+    let tensor_err = |msg: String| Error::Tensor {
+        name: name.into(),
+        msg,
+    };
+    // No kernel decodes this format: convert once, at load.
+    let f = kernels_ref::dequantize_vec(ty, data, rows * cols)
+        .map_err(|e| tensor_err(e.to_string()))?;
+    let to = if cols.is_multiple_of(32) {
+        WeightFormat::Q8_0
+    } else {
+        WeightFormat::F32
+    };
+    let owned = kernels_ref::quantize(to.ggml(), &f).map_err(|e| tensor_err(e.to_string()))?;
+    let warning = format!(
+        "{name}: {} has no GPU kernel; converted to {} at load",
+        ty.name(),
+        to.ggml().name()
+    );
+    Ok((to, std::borrow::Cow::Owned(owned), Some(warning)))
 }
 
 /// Repacks and uploads `data` (`[rows, cols]` of `ty`, ggml layout) in row ranges whose packed

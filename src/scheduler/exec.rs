@@ -174,9 +174,11 @@ impl Exec {
             Error::InvalidArgument(format!("placement {p} uses the GPU but none is open"))
         })?;
         let tied = self.cfg.tied_embeddings;
+        // Blocks without resident weights are streamed; the embedding and head must be there.
         let missing = crate::cpu_backend::CpuBackend::expected(&self.cfg)
             .into_iter()
             .map(|(id, _)| id)
+            .filter(|id| id.layer_index().is_none())
             .find(|&id| crate::gpu::needed_on_gpu(id, p, tied) && !g.has(id));
         match missing {
             Some(id) => Err(Error::InvalidArgument(format!(
@@ -209,11 +211,41 @@ impl Exec {
                 .ok_or_else(|| Error::InvalidArgument("no GPU is open".into()))?;
             let mut b = GpuBackend::new(m, self.n_ctx, self.batch)?;
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
+            // Caches for the blocks that start here (streamed ones have none yet).
+            for (l, &d) in self.kv_home.iter().enumerate() {
+                if d == Device::Gpu {
+                    b.write_kv(l, &[], &[])?;
+                }
+            }
             self.gpu = Some((b, s));
+            self.enable_streaming_if_needed()?;
         }
         self.gpu
             .as_mut()
             .ok_or_else(|| Error::InvalidArgument("no GPU backend".into()))
+    }
+
+    /// Whether a placement puts a block without resident weights on the GPU.
+    fn streams(&self, p: &Placement) -> bool {
+        let Some(g) = &self.gpu_model else {
+            return false;
+        };
+        p.layers
+            .iter()
+            .enumerate()
+            .any(|(l, &d)| d == Device::Gpu && !g.has_layer(l))
+    }
+
+    /// Makes the GPU backend's stream slots when a placement streams blocks.
+    fn enable_streaming_if_needed(&mut self) -> Result<()> {
+        let need = self.streams(&self.placement.prefill) || self.streams(&self.placement.decode);
+        if need {
+            let gguf = self.gguf.clone();
+            if let Some((b, _)) = self.gpu.as_mut() {
+                b.enable_streaming(gguf)?;
+            }
+        }
+        Ok(())
     }
 
     /// The placement of `phase`.
@@ -226,7 +258,7 @@ impl Exec {
     pub fn set_placement(&mut self, phase: Phase, p: Placement) -> Result<()> {
         self.check(&p)?;
         *self.placement.get_mut(phase) = p;
-        Ok(())
+        self.enable_streaming_if_needed()
     }
 
     /// The GPU backend, if one was made (tests read its launch statistics).
@@ -371,7 +403,14 @@ impl Exec {
                     at = d;
                 }
                 t = Instant::now();
+                if d == Device::Gpu {
+                    self.gpu_side()?.0.stream_in(l)?;
+                }
                 on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                // A streamed next block loads while this one runs (stream_in submits first).
+                if d == Device::Gpu && p.layers.get(l + 1) == Some(&Device::Gpu) {
+                    self.gpu_side()?.0.stream_in(l + 1)?;
+                }
                 if let Some(times) = times.as_mut() {
                     on_dev!(self, d, |b, _s| b.sync())?;
                     times.layers[l].1 += t.elapsed().as_secs_f64() * 1e3;
