@@ -101,6 +101,7 @@ enum Command {
     /// Memory plan: weights + KV cache + runtime per device against RAM (and a GPU budget),
     /// whether it fits, and the placement memwall would use. Give a GGUF file (-m) or
     /// architecture numbers (--params/--layers/--heads/...).
+    #[command(after_help = SIZE_UNITS)]
     Plan(PlanArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
     /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
@@ -156,17 +157,26 @@ struct RunArgs {
     json: bool,
 }
 
-/// Sizes: K, M, G, T (or KiB, MiB, GiB, TiB) are powers of 1024; KB, MB, GB, TB powers of
-/// 1000; a bare number is bytes. The table prints decimal units (GB = 10^9 bytes).
+/// How `plan` reads and prints sizes (its --help says it).
+const SIZE_UNITS: &str = "Sizes (--ram, --gpu-mem-budget): K, M, G, T (or KiB, MiB, GiB, TiB) are \
+powers of 1024; KB, MB, GB, TB are powers of 1000; a bare number is bytes; fractions round to \
+the nearest byte (1.5G). The table prints decimal units (1 GB = 10^9 bytes); --json gives bytes.
+
+Examples:
+  memwall plan -m model.gguf --ctx 4096 --ram 8G --gpu-mem-budget 4G
+  memwall plan --params 35B --layers 64 --heads 64 --kv-heads 8 --head-dim 128 --ctx 4096 \
+      --weight-bits 4 --kv-bits 16 --ram 24G --json";
+
 #[derive(Args)]
 struct PlanArgs {
     /// GGUF model file (exact tensor sizes); leave out to plan from architecture numbers.
     #[arg(short = 'm', long = "model")]
     model: Option<PathBuf>,
-    /// RAM available to memwall, e.g. 8G (= 8 GiB) or 8GB (= 8·10^9 bytes).
+    /// RAM available to memwall: 8G = 8 GiB (powers of 1024), 8GB = 8·10^9 bytes.
     #[arg(long)]
     ram: String,
-    /// GPU memory memwall may use, e.g. 4G: the plan places the most useful stages there.
+    /// GPU memory memwall may use (same units as --ram): the plan keeps the most bytes read
+    /// per token there.
     #[arg(long = "gpu-mem-budget")]
     gpu_mem_budget: Option<String>,
     /// Context in tokens [with -m, default: the model's, capped at 4096, as `run` does].

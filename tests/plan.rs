@@ -307,3 +307,13 @@ fn cli_errors_exit_nonzero() {
         assert!(err.contains(want), "{args:?}: {err}");
     }
 }
+
+#[test]
+fn help_states_the_size_rule() {
+    let o = memwall(&["plan", "--help"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("powers of 1024"), "{text}");
+    assert!(text.contains("powers of 1000"), "{text}");
+    assert!(stdout(&memwall(&["--help"])).contains("plan"));
+}

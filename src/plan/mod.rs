@@ -158,6 +158,9 @@ fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
 
 /// Largest width (layers, heads, head size, n_embd, n_ff, vocab) an architecture plan takes.
 pub const MAX_DIM: usize = 1 << 24;
+/// Most bytes (weights, KV cache and runtime together) a plan handles: 2^60, an exabyte.
+pub const MAX_PLAN_BYTES: u64 = 1 << 60;
+
 /// Largest context an architecture plan takes.
 pub const MAX_CTX: usize = 1 << 30;
 
@@ -236,7 +239,13 @@ impl MemoryModel {
             n_layer: cfg.n_layer,
         };
         let (cpu, gpu, staging, transfer) = runtime(&shape, n_ctx);
-        Ok(MemoryModel {
+        let kv_dim = cfg.n_head_kv.checked_mul(cfg.head_dim).ok_or_else(|| {
+            Error::Config(format!(
+                "KV width {} x {} overflows",
+                cfg.n_head_kv, cfg.head_dim
+            ))
+        })?;
+        MemoryModel {
             source: String::new(),
             n_layer: cfg.n_layer,
             n_ctx,
@@ -246,12 +255,13 @@ impl MemoryModel {
             other_bytes: other,
             tied_embeddings: cfg.tied_embeddings,
             kv_bits,
-            kv_bytes_per_layer: kv_layer_bytes(n_ctx, cfg.kv_dim(), kv_bits)?,
+            kv_bytes_per_layer: kv_layer_bytes(n_ctx, kv_dim, kv_bits)?,
             cpu_scratch_bytes: cpu,
             gpu_scratch_bytes: gpu,
             gpu_staging_bytes: staging,
             gpu_transfer_bytes: transfer,
-        })
+        }
+        .checked()
     }
 
     /// From architecture numbers: weight bytes = ⌈params · weight_bits / 8⌉, spread over the
@@ -324,7 +334,21 @@ impl MemoryModel {
             return Err(Error::InvalidArgument("--params must be at least 1".into()));
         }
         let total = bits_to_bytes(params, weight_bits)? as u128;
-        let share = |p: u128| -> u64 { u64::try_from(total * p / derived).unwrap_or(u64::MAX) };
+        if total > MAX_PLAN_BYTES as u128 {
+            return Err(Error::InvalidArgument(format!(
+                "{params} parameters at {weight_bits} bits are {total} bytes, more than the \
+                 {MAX_PLAN_BYTES} a plan handles"
+            )));
+        }
+        // Exact in u128 for any real model; a ratio in f64 past that (the head takes the
+        // remainder either way, so the total stays exact).
+        let share = |p: u128| -> u64 {
+            let v = total.checked_mul(p).map_or_else(
+                || (total as f64 * (p as f64 / derived as f64)) as u128,
+                |tp| tp / derived,
+            );
+            u64::try_from(v.min(total)).unwrap_or(u64::MAX)
+        };
         let embed_bytes = share(embed_p);
         let layer_bytes = share(layer_p);
         let spent = embed_bytes as u128 + layer_bytes as u128 * nl;
@@ -339,7 +363,7 @@ impl MemoryModel {
             n_layer,
         };
         let (cpu, gpu, staging, transfer) = runtime(&shape, n_ctx);
-        Ok(MemoryModel {
+        MemoryModel {
             source: format!(
                 "architecture: {params} parameters at {weight_bits} bits, {n_layer} layers, \
                  n_embd {n_embd}, {n_head} heads ({n_head_kv} KV) x {head_dim}, n_ff {n_ff}, \
@@ -358,20 +382,43 @@ impl MemoryModel {
             gpu_scratch_bytes: gpu,
             gpu_staging_bytes: staging,
             gpu_transfer_bytes: transfer,
-        })
+        }
+        .checked()
+    }
+
+    /// Rejects a model whose bytes, all together, pass [`MAX_PLAN_BYTES`], so every sum
+    /// [`account`] and [`plan`] form stays far from overflowing.
+    fn checked(self) -> Result<MemoryModel> {
+        let all = [
+            self.weights_total(),
+            self.kv_total(),
+            self.cpu_scratch_bytes,
+            self.gpu_scratch_bytes,
+            self.gpu_staging_bytes,
+            self.gpu_transfer_bytes,
+        ]
+        .iter()
+        .fold(0u64, |a, &b| a.saturating_add(b));
+        if all > MAX_PLAN_BYTES {
+            return Err(Error::InvalidArgument(format!(
+                "the model needs {all} bytes, more than the {MAX_PLAN_BYTES} a plan handles"
+            )));
+        }
+        Ok(self)
     }
 
     /// Every weight byte: embedding, blocks, head and unused file tensors.
     pub fn weights_total(&self) -> u64 {
-        self.embed_bytes
-            + self.layer_weight_bytes.iter().sum::<u64>()
-            + self.head_bytes
-            + self.other_bytes
+        self.layer_weight_bytes
+            .iter()
+            .fold(self.embed_bytes, |a, &b| a.saturating_add(b))
+            .saturating_add(self.head_bytes)
+            .saturating_add(self.other_bytes)
     }
 
     /// The KV cache of every layer.
     pub fn kv_total(&self) -> u64 {
-        self.kv_bytes_per_layer * self.n_layer as u64
+        self.kv_bytes_per_layer.saturating_mul(self.n_layer as u64)
     }
 }
 

@@ -83,88 +83,47 @@ fn arch_35b_by_hand() {
 
 #[test]
 fn arch_errors() {
-    let ok = spec_35b(8);
-    let cases: Vec<(ArchSpec, &str)> = vec![
+    type Edit = fn(&mut ArchSpec);
+    let cases: &[(Edit, &str)] = &[
+        (|a| a.n_layer = None, "--layers"),
+        (|a| a.n_layer = Some(0), "--layers"),
+        (|a| a.n_head_kv = Some(7), "multiple"),
+        (|a| a.weight_bits = None, "--weight-bits"),
+        (|a| a.weight_bits = Some(f64::NAN), "bit width"),
+        (|a| a.kv_bits = Some(0.0), "bit width"),
+        (|a| a.head_dim = None, "--head-dim"),
         (
-            ArchSpec {
-                n_layer: None,
-                ..ok.clone()
-            },
-            "--layers",
-        ),
-        (
-            ArchSpec {
-                n_layer: Some(0),
-                ..ok.clone()
-            },
-            "--layers",
-        ),
-        (
-            ArchSpec {
-                n_head_kv: Some(7),
-                ..ok.clone()
+            |a| {
+                a.head_dim = None;
+                a.n_embd = Some(1000);
             },
             "multiple",
         ),
+        (|a| a.params = Some(1000), "feed-forward"),
+        (|a| a.n_ctx = Some(0), "--ctx"),
+        (|a| a.n_layer = Some(usize::MAX), "larger"),
+        (|a| a.n_ff = Some(usize::MAX), "larger"),
+        (|a| a.params = Some(u64::MAX), "derived from --params"),
         (
-            ArchSpec {
-                weight_bits: None,
-                ..ok.clone()
+            |a| {
+                a.params = Some(u64::MAX);
+                a.weight_bits = Some(64.0);
+                a.n_ff = Some(100);
             },
-            "--weight-bits",
+            "overflow",
         ),
         (
-            ArchSpec {
-                weight_bits: Some(f64::NAN),
-                ..ok.clone()
+            |a| {
+                a.params = Some(1 << 62);
+                a.weight_bits = Some(16.0);
+                a.n_ff = Some(100);
             },
-            "bit width",
-        ),
-        (
-            ArchSpec {
-                kv_bits: Some(0.0),
-                ..ok.clone()
-            },
-            "bit width",
-        ),
-        (
-            ArchSpec {
-                head_dim: None,
-                ..ok.clone()
-            },
-            "--head-dim",
-        ),
-        (
-            ArchSpec {
-                n_embd: Some(1000),
-                head_dim: None,
-                ..ok.clone()
-            },
-            "multiple",
-        ),
-        (
-            ArchSpec {
-                params: Some(1000),
-                ..ok.clone()
-            },
-            "feed-forward",
-        ),
-        (
-            ArchSpec {
-                n_ctx: Some(0),
-                ..ok.clone()
-            },
-            "--ctx",
-        ),
-        (
-            ArchSpec {
-                n_layer: Some(usize::MAX),
-                ..ok.clone()
-            },
-            "larger",
+            "a plan handles",
         ),
     ];
-    for (spec, want) in cases {
+    for (edit, want) in cases {
+        let mut spec = spec_35b(8);
+        edit(&mut spec);
         let e = MemoryModel::from_arch(&spec).unwrap_err().to_string();
         assert!(e.contains(want), "{spec:?}: {e}");
     }
