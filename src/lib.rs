@@ -15,6 +15,7 @@ pub mod gpu;
 pub mod inspect;
 pub mod logging;
 pub mod model;
+pub mod plan;
 pub mod sampler;
 pub mod scheduler;
 pub mod tokenizer;

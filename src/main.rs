@@ -102,6 +102,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Memory plan: weights + KV cache + runtime per device against RAM (and a GPU budget),
+    /// whether it fits, and the placement memwall would use. Give a GGUF file (-m) or
+    /// architecture numbers (--params/--layers/--heads/...).
+    #[command(after_help = SIZE_UNITS)]
+    Plan(PlanArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
     /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
     Selftest {
@@ -152,6 +157,70 @@ struct RunArgs {
     #[arg(long, default_value_t = 0)]
     n_probs: usize,
     /// Print one JSON object on the last line of stdout instead of streaming text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// How `plan` reads and prints sizes (its --help says it).
+const SIZE_UNITS: &str = "Sizes (--ram, --gpu-mem-budget): K, M, G, T (or KiB, MiB, GiB, TiB) are \
+powers of 1024; KB, MB, GB, TB are powers of 1000; a bare number is bytes; fractions round to \
+the nearest byte (1.5G). The table prints decimal units (1 GB = 10^9 bytes); --json gives bytes.
+
+Examples:
+  memwall plan -m model.gguf --ctx 4096 --ram 8G --gpu-mem-budget 4G
+  memwall plan --params 35B --layers 64 --heads 64 --kv-heads 8 --head-dim 128 --ctx 4096 \
+      --weight-bits 4 --kv-bits 16 --ram 24G --json";
+
+#[derive(Args)]
+struct PlanArgs {
+    /// GGUF model file (exact tensor sizes); leave out to plan from architecture numbers.
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// RAM available to memwall: 8G = 8 GiB (powers of 1024), 8GB = 8·10^9 bytes.
+    #[arg(long)]
+    ram: String,
+    /// GPU memory memwall may use (same units as --ram): the plan keeps the most bytes read
+    /// per token there.
+    #[arg(long = "gpu-mem-budget")]
+    gpu_mem_budget: Option<String>,
+    /// Context in tokens [with -m, default: the model's, capped at 4096, as `run` does].
+    #[arg(short = 'c', long = "ctx")]
+    ctx: Option<usize>,
+    /// Bits per KV cache element [default: 32, the f32 cache memwall allocates; 16, 8, 4.5
+    /// for what-if plans].
+    #[arg(long = "kv-bits")]
+    kv_bits: Option<f64>,
+    /// Parameter count, e.g. 35B, 135M, 7000000000 (architecture form).
+    #[arg(long)]
+    params: Option<String>,
+    /// Transformer blocks (architecture form).
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Attention heads (architecture form).
+    #[arg(long)]
+    heads: Option<usize>,
+    /// KV heads [default: --heads] (architecture form).
+    #[arg(long = "kv-heads")]
+    kv_heads: Option<usize>,
+    /// Head size [default: n_embd / heads] (architecture form).
+    #[arg(long = "head-dim")]
+    head_dim: Option<usize>,
+    /// Embedding width [default: heads × head_dim] (architecture form).
+    #[arg(long = "n-embd")]
+    n_embd: Option<usize>,
+    /// Feed-forward width [default: solved from --params, else 8/3 n_embd rounded up to 256].
+    #[arg(long = "n-ff")]
+    n_ff: Option<usize>,
+    /// Vocabulary size [default: 32000] (architecture form).
+    #[arg(long)]
+    vocab: Option<usize>,
+    /// Bits per weight, e.g. 4, 4.5 for Q4_0, 16 (architecture form).
+    #[arg(long = "weight-bits")]
+    weight_bits: Option<f64>,
+    /// The output head reuses the token embedding (architecture form).
+    #[arg(long)]
+    tied_embeddings: bool,
+    /// Print the report as JSON.
     #[arg(long)]
     json: bool,
 }
@@ -275,7 +344,66 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Command::Selftest { device, json } => selftest(&device, json),
+        Command::Plan(a) => plan(a),
     }
+}
+
+fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
+    use memwall::plan::{parse_count, parse_size, ArchSpec, MemoryModel};
+    let ram = parse_size(&a.ram)?;
+    let budget = a.gpu_mem_budget.as_deref().map(parse_size).transpose()?;
+    let m = match &a.model {
+        Some(path) => {
+            let arch_flags = [
+                ("--params", a.params.is_some()),
+                ("--layers", a.layers.is_some()),
+                ("--heads", a.heads.is_some()),
+                ("--kv-heads", a.kv_heads.is_some()),
+                ("--head-dim", a.head_dim.is_some()),
+                ("--n-embd", a.n_embd.is_some()),
+                ("--n-ff", a.n_ff.is_some()),
+                ("--vocab", a.vocab.is_some()),
+                ("--weight-bits", a.weight_bits.is_some()),
+                ("--tied-embeddings", a.tied_embeddings),
+            ];
+            if let Some((flag, _)) = arch_flags.iter().find(|(_, set)| *set) {
+                return Err(memwall::Error::InvalidArgument(format!(
+                    "{flag} describes an architecture; with -m the file gives it"
+                )));
+            }
+            let g = memwall::gguf::Gguf::open(path)?;
+            let cfg = memwall::config::Config::from_gguf(&g)?;
+            let n_ctx = a.ctx.unwrap_or(cfg.n_ctx_train.min(4096));
+            let kv_bits = a.kv_bits.unwrap_or(memwall::plan::MEMWALL_KV_BITS);
+            let mut m = MemoryModel::from_gguf(&g, &cfg, n_ctx, kv_bits)?;
+            m.source = path.display().to_string();
+            m
+        }
+        None => MemoryModel::from_arch(&ArchSpec {
+            params: a.params.as_deref().map(parse_count).transpose()?,
+            n_layer: a.layers,
+            n_head: a.heads,
+            n_head_kv: a.kv_heads,
+            head_dim: a.head_dim,
+            n_embd: a.n_embd,
+            n_ff: a.n_ff,
+            n_vocab: a.vocab,
+            n_ctx: a.ctx,
+            weight_bits: a.weight_bits,
+            kv_bits: a.kv_bits,
+            tied_embeddings: a.tied_embeddings,
+        })?,
+    };
+    let report = memwall::plan::plan(&m, ram, budget);
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn selftest(device: &str, json: bool) -> memwall::Result<ExitCode> {
