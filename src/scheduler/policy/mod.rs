@@ -1,0 +1,459 @@
+//! The dynamic offload policy: a pure component (no GPU, no engine) that is fed per-stage
+//! timings measured by the executor and answers which placement each phase should run.
+//!
+//! The loop the executor runs every N tokens, per phase:
+//! `probe` (which placement to time next: the current one, or now and then the current one with
+//! one stage moved to the other device) → run and time it → `observe` → `decide` (re-solve the
+//! placement exactly for the current estimates; move only when the gain beats the hysteresis).
+//!
+//! Estimates. Each phase keeps, per stage and device, a running per-token cost. A stage timed on
+//! a device moves its estimate toward the measurement (EWMA, weight `smoothing`). The stages
+//! *not* timed on that device this sample are scaled by the same smoothed factor as the timed
+//! ones as a whole (Σ measured / Σ estimated): a device that throttles, or recovers, slows or
+//! speeds up all its work, so evidence from the stages that ran there (even just the head, or
+//! one probed block) updates the estimates of the stages that ran elsewhere. Their relative
+//! shape is kept from when they were last timed (or from the prior).
+
+mod report;
+mod solve;
+
+pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
+pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
+
+use super::{Device, Phase, PhasePlacement, Placement};
+use crate::error::{Error, Result};
+
+/// What the policy may do and how it weighs evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    pub n_layer: usize,
+    /// GPU bytes each stage needs when resident there (weights + its KV cache).
+    pub embed_gpu_bytes: u64,
+    /// `[n_layer]`
+    pub layer_gpu_bytes: Vec<u64>,
+    pub head_gpu_bytes: u64,
+    /// Bytes the GPU needs whatever the placement (scratch, staging) once any stage is on it.
+    pub fixed_gpu_bytes: u64,
+    /// Budget for all of the above; placements over it are never chosen nor probed. Each
+    /// phase's placement fits on its own (the executor holds one phase's residents at a time).
+    pub gpu_budget_bytes: u64,
+    /// Relative predicted gain a new placement needs before it replaces the current one
+    /// (0.1 = 10 % faster), in [0, 1).
+    pub hysteresis: f64,
+    /// Every this many samples (calls to `probe`), one stage is timed on the other device
+    /// (0 = never).
+    pub probe_every: usize,
+    /// Weight of a new measurement in the running estimate (EWMA), in (0, 1].
+    pub smoothing: f64,
+    pub gpu_available: bool,
+}
+
+impl PolicyConfig {
+    /// Defaults for the tunables, tuned with the simulated cost model in tests/policy.rs:
+    /// hysteresis 0.1, a probe every 4 samples, smoothing 0.6 (see `DEFAULT_SMOOTHING`).
+    pub fn new(
+        n_layer: usize,
+        embed_gpu_bytes: u64,
+        layer_gpu_bytes: Vec<u64>,
+        head_gpu_bytes: u64,
+        fixed_gpu_bytes: u64,
+        gpu_budget_bytes: u64,
+        gpu_available: bool,
+    ) -> PolicyConfig {
+        PolicyConfig {
+            n_layer,
+            embed_gpu_bytes,
+            layer_gpu_bytes,
+            head_gpu_bytes,
+            fixed_gpu_bytes,
+            gpu_budget_bytes,
+            hysteresis: DEFAULT_HYSTERESIS,
+            probe_every: DEFAULT_PROBE_EVERY,
+            smoothing: DEFAULT_SMOOTHING,
+            gpu_available,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("offload policy: {m}")));
+        if self.layer_gpu_bytes.len() != self.n_layer {
+            return bad(format!(
+                "{} layer sizes for {} layers",
+                self.layer_gpu_bytes.len(),
+                self.n_layer
+            ));
+        }
+        if !(self.hysteresis.is_finite() && (0.0..1.0).contains(&self.hysteresis)) {
+            return bad(format!("hysteresis {} not in [0, 1)", self.hysteresis));
+        }
+        if !(self.smoothing.is_finite() && self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            return bad(format!("smoothing {} not in (0, 1]", self.smoothing));
+        }
+        Ok(())
+    }
+}
+
+/// Relative gain needed to migrate: above the few-percent error the smoothed estimates keep
+/// under ±20 % per-measurement noise, so a near-tie never flips back and forth.
+pub const DEFAULT_HYSTERESIS: f64 = 0.1;
+/// A probe every 4 samples keeps the other device's estimates fresh at ≤ 1/4 of samples
+/// running one stage on a possibly slower device.
+pub const DEFAULT_PROBE_EVERY: usize = 4;
+/// EWMA weight. The trade-off: a throttled device's estimate reaches 1 + (1 − (1 − s)²) of its
+/// old value after two samples of a 2× slowdown (1.84× at 0.6, 1.75× at 0.5), which is what
+/// lets a migration happen within two re-samples; a larger `s` passes more noise through (the
+/// steady-state spread of one stage's estimate is ≈ σ·√(s/(2 − s)), 7.5 % at 0.6 for ±20 %
+/// uniform noise), which the hysteresis must cover.
+pub const DEFAULT_SMOOTHING: f64 = 0.6;
+
+/// One timed sample: per-token milliseconds per stage on the device it ran on this time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub phase: Phase,
+    /// Tokens the sample covered (the timings are already per token).
+    pub tokens: usize,
+    pub embed: (Device, f64),
+    /// `[n_layer]`
+    pub layers: Vec<(Device, f64)>,
+    pub head: (Device, f64),
+    /// Milliseconds per boundary crossing per token (None when no crossing happened).
+    pub crossing_ms: Option<f64>,
+}
+
+/// Initial per-device per-stage cost estimates for each phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prior {
+    pub prefill: StageCosts,
+    pub decode: StageCosts,
+}
+
+impl Prior {
+    pub fn new(prefill: StageCosts, decode: StageCosts) -> Prior {
+        Prior { prefill, decode }
+    }
+
+    /// The bandwidth floor: a stage reads `stage_bytes` (weights + KV cache) per token, so it
+    /// takes bytes / bandwidth on each device; `stage_bytes` is `[n_layer + 2]` (embedding,
+    /// blocks, head). Prefill gets the same estimate: it is compute-bound and faster per token,
+    /// but its first samples correct that, and only relative costs matter to the choice.
+    pub fn from_bytes(
+        stage_bytes: &[u64],
+        cpu_gbps: f64,
+        gpu_gbps: f64,
+        crossing_ms: f64,
+    ) -> Result<Prior> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        if !ok(cpu_gbps) || !ok(gpu_gbps) {
+            return Err(Error::InvalidArgument(format!(
+                "offload prior: bandwidths {cpu_gbps} / {gpu_gbps} GB/s must be positive"
+            )));
+        }
+        // bytes / (GB/s · 1e9) s = bytes / (GB/s · 1e6) ms
+        let ms = |b: u64, gbps: f64| b as f64 / (gbps * 1e6);
+        let costs = StageCosts {
+            stages: stage_bytes
+                .iter()
+                .map(|&b| [ms(b, cpu_gbps), ms(b, gpu_gbps)])
+                .collect(),
+            crossing_ms,
+        };
+        Ok(Prior::new(costs.clone(), costs))
+    }
+
+    fn get(&self, phase: Phase) -> &StageCosts {
+        match phase {
+            Phase::Prefill => &self.prefill,
+            Phase::Decode => &self.decode,
+        }
+    }
+}
+
+/// The outcome of one `decide`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Decision {
+    pub phase: Phase,
+    /// Samples of this phase observed when the decision was made.
+    pub sample: usize,
+    /// The placement in force after the decision.
+    pub placement: Placement,
+    pub changed: bool,
+    /// Predicted per-token ms of the placement in force after the decision.
+    pub predicted_ms: f64,
+    /// Predicted per-token ms of the placement in force before it (same estimates).
+    pub current_predicted_ms: f64,
+    /// One line for `-v` logs.
+    pub reason: String,
+}
+
+/// Per-phase state: estimates, counters, probe cursor.
+#[derive(Debug, Clone)]
+struct PhaseState {
+    est: StageCosts,
+    samples: usize,
+    probe_calls: usize,
+    probes: usize,
+    probe_cursor: usize,
+    last: Option<Decision>,
+}
+
+/// The dynamic offload policy (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    cfg: PolicyConfig,
+    current: PhasePlacement,
+    phases: [PhaseState; 2],
+    history: Vec<Decision>,
+}
+
+/// Measurements further than this factor from the estimate are clamped when scaling the
+/// stages that were not timed, so one absurd timing (a preempted thread) cannot zero or blow
+/// up a whole device's estimates.
+const MAX_RATIO: f64 = 8.0;
+
+impl Policy {
+    /// Errors when the config is inconsistent, the prior or the initial placements do not
+    /// match `n_layer`, or an initial placement does not fit (over budget, GPU unavailable).
+    pub fn new(cfg: PolicyConfig, prior: Prior, initial: PhasePlacement) -> Result<Policy> {
+        cfg.validate()?;
+        for phase in [Phase::Prefill, Phase::Decode] {
+            prior.get(phase).validate(cfg.n_layer, "offload prior")?;
+            let p = initial.get(phase);
+            if p.layers.len() != cfg.n_layer {
+                return Err(Error::InvalidArgument(format!(
+                    "offload policy: initial {phase:?} placement has {} layers, want {}",
+                    p.layers.len(),
+                    cfg.n_layer
+                )));
+            }
+            if !fits(p, &cfg) {
+                return Err(Error::InvalidArgument(format!(
+                    "offload policy: initial {phase:?} placement {} needs {} GPU bytes, budget \
+                     {} (GPU available: {})",
+                    p.compact(),
+                    gpu_bytes(p, &cfg),
+                    cfg.gpu_budget_bytes,
+                    cfg.gpu_available
+                )));
+            }
+        }
+        let state = |phase| PhaseState {
+            est: prior.get(phase).clone(),
+            samples: 0,
+            probe_calls: 0,
+            probes: 0,
+            probe_cursor: 0,
+            last: None,
+        };
+        Ok(Policy {
+            phases: [state(Phase::Prefill), state(Phase::Decode)],
+            cfg,
+            current: initial,
+            history: Vec::new(),
+        })
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.cfg
+    }
+
+    /// The placement in force for `phase`.
+    pub fn placement(&self, phase: Phase) -> &Placement {
+        self.current.get(phase)
+    }
+
+    pub fn placements(&self) -> &PhasePlacement {
+        &self.current
+    }
+
+    /// Current per-stage `[cpu_ms, gpu_ms]` estimates and crossing cost of `phase`.
+    pub fn estimates(&self, phase: Phase) -> &StageCosts {
+        &self.phases[phase.index()].est
+    }
+
+    /// Decisions that changed a placement (migrations), oldest first.
+    pub fn history(&self) -> &[Decision] {
+        &self.history
+    }
+
+    /// The latest decision for `phase`, changed or not.
+    pub fn last_decision(&self, phase: Phase) -> Option<&Decision> {
+        self.phases[phase.index()].last.as_ref()
+    }
+
+    /// Folds a timed sample into the estimates. Errors (and changes nothing) when the sample
+    /// has the wrong number of layers or no tokens; negative or non-finite timings are skipped.
+    pub fn observe(&mut self, s: &Sample) -> Result<()> {
+        if s.layers.len() != self.cfg.n_layer || s.tokens == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "offload sample: {} layers and {} tokens (want {} layers, > 0 tokens)",
+                s.layers.len(),
+                s.tokens,
+                self.cfg.n_layer
+            )));
+        }
+        let alpha = self.cfg.smoothing;
+        let st = &mut self.phases[s.phase.index()];
+        let timed: Vec<(Device, f64)> = std::iter::once(s.embed)
+            .chain(s.layers.iter().copied())
+            .chain(std::iter::once(s.head))
+            .collect();
+        let usable = |ms: f64| ms.is_finite() && ms >= 0.0;
+        for d in [Device::Cpu, Device::Gpu] {
+            let di = d.index();
+            let (mut sum_ms, mut sum_est, mut any) = (0.0, 0.0, false);
+            for (k, &(dev, ms)) in timed.iter().enumerate() {
+                if dev == d && usable(ms) {
+                    sum_ms += ms;
+                    sum_est += st.est.stages[k][di];
+                    any = true;
+                }
+            }
+            if !any {
+                continue;
+            }
+            // The device's drift as a whole, smoothed like one measurement; it is the factor the
+            // timed stages' estimates move by in total, applied to the untimed ones.
+            let factor = if sum_est > 0.0 {
+                let ratio = (sum_ms / sum_est).clamp(1.0 / MAX_RATIO, MAX_RATIO);
+                1.0 + alpha * (ratio - 1.0)
+            } else {
+                1.0
+            };
+            for (k, &(dev, ms)) in timed.iter().enumerate() {
+                let e = &mut st.est.stages[k][di];
+                if dev == d && usable(ms) {
+                    *e = (1.0 - alpha) * *e + alpha * ms;
+                } else {
+                    *e *= factor;
+                }
+            }
+        }
+        if let Some(c) = s.crossing_ms.filter(|&c| usable(c)) {
+            st.est.crossing_ms = (1.0 - alpha) * st.est.crossing_ms + alpha * c;
+        }
+        st.samples += 1;
+        Ok(())
+    }
+
+    /// Re-solves `phase` for the current estimates and migrates when the optimum beats the
+    /// current placement's prediction by more than the hysteresis.
+    pub fn decide(&mut self, phase: Phase) -> Decision {
+        let st = &self.phases[phase.index()];
+        let current = self.current.get(phase).clone();
+        let current_ms = st.est.predict(&current);
+        let h = self.cfg.hysteresis;
+        let (placement, predicted_ms, changed, reason) = match solve(&st.est, &self.cfg) {
+            Ok((best, best_ms)) => {
+                let gain = if current_ms > 0.0 {
+                    1.0 - best_ms / current_ms
+                } else {
+                    0.0
+                };
+                // A placement that stopped fitting (the GPU was lost) is left whatever the gain.
+                let must = !fits(&current, &self.cfg);
+                if best != current && (must || gain > h) {
+                    let why = if must {
+                        "current no longer fits".to_string()
+                    } else {
+                        format!("gain {:.1}% > hysteresis {:.1}%", gain * 100.0, h * 100.0)
+                    };
+                    let r = format!(
+                        "{phase:?}: migrate {current} ({current_ms:.3} ms/tok) -> {best} \
+                         ({best_ms:.3} ms/tok): {why}"
+                    );
+                    (best, best_ms, true, r)
+                } else {
+                    let r = if best == current {
+                        format!("{phase:?}: keep {current} ({current_ms:.3} ms/tok): optimal")
+                    } else {
+                        format!(
+                            "{phase:?}: keep {current} ({current_ms:.3} ms/tok): best {best} \
+                             ({best_ms:.3} ms/tok) gains {:.1}% <= hysteresis {:.1}%",
+                            gain * 100.0,
+                            h * 100.0
+                        )
+                    };
+                    (current, current_ms, false, r)
+                }
+            }
+            Err(e) => {
+                let r = format!("{phase:?}: keep {current}: {e}");
+                (current, current_ms, false, r)
+            }
+        };
+        let d = Decision {
+            phase,
+            sample: st.samples,
+            placement: placement.clone(),
+            changed,
+            predicted_ms,
+            current_predicted_ms: current_ms,
+            reason,
+        };
+        *self.current.get_mut(phase) = placement;
+        if changed {
+            self.history.push(d.clone());
+        }
+        self.phases[phase.index()].last = Some(d.clone());
+        d
+    }
+
+    /// Call once before each timed sample of `phase`: every `probe_every`-th call returns the
+    /// placement to run that sample with instead of the current one, which is the current one
+    /// with one stage on the other device (round-robin over stages, skipping moves that do not
+    /// fit the budget or need an unavailable GPU); otherwise None (run the current placement).
+    pub fn probe(&mut self, phase: Phase) -> Option<Placement> {
+        if self.cfg.probe_every == 0 {
+            return None;
+        }
+        let st = &mut self.phases[phase.index()];
+        st.probe_calls += 1;
+        if st.probe_calls % self.cfg.probe_every != 0 {
+            return None;
+        }
+        let current = self.current.get(phase);
+        let n_stage = self.cfg.n_layer + 2;
+        for i in 0..n_stage {
+            let k = (st.probe_cursor + i) % n_stage;
+            let mut devs: Vec<Device> = current.stages().collect();
+            let Some(d) = devs.get_mut(k) else {
+                continue;
+            };
+            *d = d.other();
+            let Some(p) = solve::from_stages(&devs) else {
+                continue;
+            };
+            if fits(&p, &self.cfg) {
+                st.probe_cursor = (k + 1) % n_stage;
+                st.probes += 1;
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// The GPU went away (lost device, failed bring-up): from now on everything runs on the
+    /// CPU; both phases migrate at once and the decisions are recorded.
+    pub fn gpu_lost(&mut self) -> Vec<Decision> {
+        self.cfg.gpu_available = false;
+        [Phase::Prefill, Phase::Decode]
+            .into_iter()
+            .map(|phase| self.decide(phase))
+            .collect()
+    }
+
+    /// Everything worth printing or serialising: placement, estimates and counters per phase,
+    /// and the migrations.
+    pub fn report(&self) -> PolicyReport {
+        let phase = |ph: Phase| {
+            let st = &self.phases[ph.index()];
+            let p = self.current.get(ph);
+            report::phase_report(p, &st.est, st.samples, st.probes)
+        };
+        PolicyReport {
+            prefill: phase(Phase::Prefill),
+            decode: phase(Phase::Decode),
+            migrations: self.history.iter().map(DecisionReport::from).collect(),
+        }
+    }
+}
