@@ -6,7 +6,7 @@
 
 use memwall::scheduler::policy::{
     solve, Policy, PolicyConfig, Prior, Sample, StageCosts, DEFAULT_HYSTERESIS,
-    DEFAULT_PROBE_EVERY, DEFAULT_SMOOTHING,
+    DEFAULT_PROBE_EVERY,
 };
 use memwall::scheduler::{Device, Phase, PhasePlacement, Placement};
 
@@ -177,7 +177,7 @@ fn step(
 }
 
 fn config(n_layer: usize, layer_bytes: u64, budget: u64) -> PolicyConfig {
-    PolicyConfig::new(
+    let mut c = PolicyConfig::new(
         n_layer,
         50,
         vec![layer_bytes; n_layer],
@@ -185,7 +185,14 @@ fn config(n_layer: usize, layer_bytes: u64, budget: u64) -> PolicyConfig {
         20,
         budget,
         true,
-    )
+    );
+    if let Ok(v) = std::env::var("SMOOTH") {
+        c.smoothing = v.parse().unwrap();
+    }
+    if let Ok(v) = std::env::var("HYST") {
+        c.hysteresis = v.parse().unwrap();
+    }
+    c
 }
 
 /// Eight blocks with different GPU gains, a head the GPU runs 5x faster, a budget that holds the
@@ -281,7 +288,7 @@ fn reaches_the_best_split_from_a_bad_start() {
     cfg2.probe_every = 2;
     let mut pol = Policy::new(cfg2, prior, all_cpu).unwrap();
     let mut reached = None;
-    for i in 1..=40 {
+    for i in 1..=100 {
         step(&mut pol, &truth, Phase::Decode, 1.0, 0.0, &mut rng);
         if pol.placement(Phase::Decode) == &best {
             reached = Some(i);
@@ -289,6 +296,7 @@ fn reaches_the_best_split_from_a_bad_start() {
         }
     }
     let reached = reached.expect("never reached the best split");
+    eprintln!("wrong prior: best split after {reached} samples");
     assert!(reached <= 12, "reached the best split after {reached} samples");
 }
 
@@ -328,7 +336,10 @@ fn noise_does_not_cause_oscillation_or_budget_overrun() {
                 }
             }
             worst = worst.max(late);
-            assert!(late <= 1, "{name} seed {seed}: {late} migrations after convergence");
+            let log: Vec<&str> = pol.history().iter().map(|d| d.reason.as_str()).collect();
+            if late > 1 {
+                eprintln!("{name} seed {seed}: {late} migrations after convergence: {log:#?}");
+            }
             let ms = truth.cost(pol.placement(Phase::Decode), 1.0);
             assert!(
                 ms <= best_ms * (1.0 + DEFAULT_HYSTERESIS) + 1e-9,
@@ -338,6 +349,7 @@ fn noise_does_not_cause_oscillation_or_budget_overrun() {
         }
     }
     eprintln!("most migrations after convergence in one run: {worst}");
+    assert!(worst <= 1);
 }
 
 /// Decode where the GPU runs the blocks 1/0.7 faster and the head 6x faster: all-GPU is best;
@@ -365,6 +377,7 @@ fn throttling_moves_work_within_two_resamples_and_back() {
     assert_eq!(fast.compact(), "G|GGGGGGGG|G");
     assert_eq!(slow.compact(), "c|cccccccc|G");
     let prior = Prior::new(truth.as_costs(), truth.as_costs());
+    let mut fails = vec![];
     for seed in 0..20 {
         // Vary where the throttle starts relative to the probe cycle.
         let k = 30 + seed as usize % DEFAULT_PROBE_EVERY;
@@ -379,7 +392,10 @@ fn throttling_moves_work_within_two_resamples_and_back() {
         for _ in 0..2 {
             step(&mut pol, &truth, Phase::Decode, 2.0, 0.2, &mut rng);
         }
-        assert_eq!(pol.placement(Phase::Decode), &slow, "seed {seed}: no move when throttled");
+        if pol.placement(Phase::Decode) != &slow {
+            fails.push(format!("seed {seed}: no move when throttled"));
+            continue;
+        }
         // Stays there while throttled.
         for _ in 0..30 {
             step(&mut pol, &truth, Phase::Decode, 2.0, 0.2, &mut rng);
@@ -389,10 +405,14 @@ fn throttling_moves_work_within_two_resamples_and_back() {
         for _ in 0..2 {
             step(&mut pol, &truth, Phase::Decode, 1.0, 0.2, &mut rng);
         }
-        assert_eq!(pol.placement(Phase::Decode), &fast, "seed {seed}: no move back");
+        if pol.placement(Phase::Decode) != &fast {
+            fails.push(format!("seed {seed}: no move back"));
+            continue;
+        }
         let moves = pol.history().len();
         assert_eq!(moves, 2, "seed {seed}: {moves} migrations");
     }
+    assert!(fails.is_empty(), "{fails:#?}");
 }
 
 #[test]
@@ -400,7 +420,7 @@ fn prefill_and_decode_get_their_own_placements() {
     // Prefill: the GPU is 2x faster on every stage. Decode: the CPU is 20 % faster. The prior
     // (equal bandwidths) cannot tell; measurements and probes must.
     let n = 6;
-    let cpu: Vec<f64> = (0..n + 2).map(|k| if k == 0 { 0.05 } else { 1.0 }).collect();
+    let cpu = vec![1.0; n + 2];
     let prefill = Truth {
         stages: cpu.iter().map(|&c| [c, c / 2.0]).collect(),
         crossing: 0.05,
@@ -495,16 +515,22 @@ fn probes_flip_one_stage_round_robin_within_the_budget() {
     let prior = Prior::new(truth.as_costs(), truth.as_costs());
     let mut pol = Policy::new(cfg.clone(), prior, PhasePlacement::same(best.clone())).unwrap();
     let cur = devs(&best);
+    let n_gpu = cur.iter().filter(|&&d| d == Device::Gpu).count();
     let mut flipped = vec![0usize; cur.len()];
-    for _ in 0..2 * cur.len() {
+    for _ in 0..2 * n_gpu {
         let p = pol.probe(Phase::Decode).expect("a probe every call");
         assert!(allowed(&p, &cfg), "probe {p} over budget");
         let diff: Vec<usize> = (0..cur.len()).filter(|&k| devs(&p)[k] != cur[k]).collect();
         assert_eq!(diff.len(), 1, "probe {p} vs {best}");
         flipped[diff[0]] += 1;
     }
-    // The budget is full (head + 5 blocks): CPU stages cannot move to the GPU, every GPU stage
-    // is probed on the CPU, each twice over two rounds.
+    // The budget is full: no CPU stage can move to the GPU, so every GPU stage is probed on
+    // the CPU, each twice over two rounds.
+    for (k, &d) in cur.iter().enumerate() {
+        let mut moved = cur.clone();
+        moved[k] = Device::Gpu;
+        assert!(d == Device::Gpu || !allowed(&from_devs(&moved), &cfg), "stage {k} fits");
+    }
     for (k, &d) in cur.iter().enumerate() {
         let want = if d == Device::Gpu { 2 } else { 0 };
         assert_eq!(flipped[k], want, "stage {k} ({d})");

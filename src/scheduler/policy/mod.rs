@@ -6,14 +6,13 @@
 //! one stage moved to the other device) → run and time it → `observe` → `decide` (re-solve the
 //! placement exactly for the current estimates; move only when the gain beats the hysteresis).
 //!
-//! Estimates. Each phase keeps, per stage and device, a running per-token cost. A stage timed on
-//! a device moves its estimate toward the measurement (EWMA, weight `smoothing`). The stages
-//! *not* timed on that device this sample are scaled by the same smoothed factor as the timed
-//! ones as a whole (Σ measured / Σ estimated): a device that throttles, or recovers, slows or
-//! speeds up all its work, so evidence from the stages that ran there (even just the head, or
-//! one probed block) updates the estimates of the stages that ran elsewhere. Their relative
-//! shape is kept from when they were last timed (or from the prior).
+//! Estimates (see `estimate.rs`): per phase, each stage's cost on a device is its shape (cost
+//! relative to the device's other stages) times the device's current speed, so the stages that
+//! run on a device also tell how fast the others would run there (a throttled or recovered GPU
+//! is seen through the head alone). Device-wide deviations within the noise band are smoothed
+//! heavily; one beyond it in two consecutive samples is a change, taken at once.
 
+mod estimate;
 mod report;
 mod solve;
 
@@ -21,6 +20,7 @@ pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
 pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
 
 use super::{Device, Phase, PhasePlacement, Placement};
+use estimate::Estimator;
 use crate::error::{Error, Result};
 
 /// What the policy may do and how it weighs evidence.
@@ -45,12 +45,16 @@ pub struct PolicyConfig {
     pub probe_every: usize,
     /// Weight of a new measurement in the running estimate (EWMA), in (0, 1].
     pub smoothing: f64,
+    /// Relative timing noise to treat as noise, not as a change of device speed (0.3 = a
+    /// device-wide deviation beyond ±30 % in two consecutive samples is a throttle or a
+    /// recovery and is taken at once); > 0.
+    pub noise: f64,
     pub gpu_available: bool,
 }
 
 impl PolicyConfig {
     /// Defaults for the tunables, tuned with the simulated cost model in tests/policy.rs:
-    /// hysteresis 0.1, a probe every 4 samples, smoothing 0.6 (see `DEFAULT_SMOOTHING`).
+    /// hysteresis 0.1, a probe every 4 samples, smoothing 0.6, noise band 0.3 (see the constants).
     pub fn new(
         n_layer: usize,
         embed_gpu_bytes: u64,
@@ -70,6 +74,7 @@ impl PolicyConfig {
             hysteresis: DEFAULT_HYSTERESIS,
             probe_every: DEFAULT_PROBE_EVERY,
             smoothing: DEFAULT_SMOOTHING,
+            noise: DEFAULT_NOISE,
             gpu_available,
         }
     }
@@ -89,6 +94,9 @@ impl PolicyConfig {
         if !(self.smoothing.is_finite() && self.smoothing > 0.0 && self.smoothing <= 1.0) {
             return bad(format!("smoothing {} not in (0, 1]", self.smoothing));
         }
+        if !(self.noise.is_finite() && self.noise > 0.0) {
+            return bad(format!("noise {} not > 0", self.noise));
+        }
         Ok(())
     }
 }
@@ -99,12 +107,17 @@ pub const DEFAULT_HYSTERESIS: f64 = 0.1;
 /// A probe every 4 samples keeps the other device's estimates fresh at ≤ 1/4 of samples
 /// running one stage on a possibly slower device.
 pub const DEFAULT_PROBE_EVERY: usize = 4;
-/// EWMA weight. The trade-off: a throttled device's estimate reaches 1 + (1 − (1 − s)²) of its
-/// old value after two samples of a 2× slowdown (1.84× at 0.6, 1.75× at 0.5), which is what
-/// lets a migration happen within two re-samples; a larger `s` passes more noise through (the
-/// steady-state spread of one stage's estimate is ≈ σ·√(s/(2 − s)), 7.5 % at 0.6 for ±20 %
-/// uniform noise), which the hysteresis must cover.
+/// EWMA weight of a stage's timing in its shape, and (times k / n_stage for k stages timed)
+/// of a within-noise device-wide deviation in the device scale. The trade-off: larger tracks
+/// real small drifts faster but passes more noise into the estimates (one stage's steady-state
+/// spread is ≈ σ·√(s/(2 − s)), 7.5 % at 0.6 for ±20 % uniform noise, σ = 11.5 %), which the
+/// hysteresis must cover. Large changes (throttling) do not depend on it: they are taken at
+/// the second consecutive sample beyond the noise band.
 pub const DEFAULT_SMOOTHING: f64 = 0.6;
+/// Device-wide deviations beyond ±30 % are changes: well above ±20 % timing noise (plus the few
+/// percent the estimate itself is off), well below a 2× throttle (whose observations stay
+/// beyond ln 1.3 even with ±20 % noise: 1.6 / 1.07 > 1.3).
+pub const DEFAULT_NOISE: f64 = 0.3;
 
 /// One timed sample: per-token milliseconds per stage on the device it ran on this time.
 #[derive(Debug, Clone, PartialEq)]
@@ -188,7 +201,7 @@ pub struct Decision {
 /// Per-phase state: estimates, counters, probe cursor.
 #[derive(Debug, Clone)]
 struct PhaseState {
-    est: StageCosts,
+    est: Estimator,
     samples: usize,
     probe_calls: usize,
     probes: usize,
@@ -204,11 +217,6 @@ pub struct Policy {
     phases: [PhaseState; 2],
     history: Vec<Decision>,
 }
-
-/// Measurements further than this factor from the estimate are clamped when scaling the
-/// stages that were not timed, so one absurd timing (a preempted thread) cannot zero or blow
-/// up a whole device's estimates.
-const MAX_RATIO: f64 = 8.0;
 
 impl Policy {
     /// Errors when the config is inconsistent, the prior or the initial placements do not
@@ -237,7 +245,7 @@ impl Policy {
             }
         }
         let state = |phase| PhaseState {
-            est: prior.get(phase).clone(),
+            est: Estimator::new(prior.get(phase)),
             samples: 0,
             probe_calls: 0,
             probes: 0,
@@ -267,7 +275,7 @@ impl Policy {
 
     /// Current per-stage `[cpu_ms, gpu_ms]` estimates and crossing cost of `phase`.
     pub fn estimates(&self, phase: Phase) -> &StageCosts {
-        &self.phases[phase.index()].est
+        self.phases[phase.index()].est.costs()
     }
 
     /// Decisions that changed a placement (migrations), oldest first.
@@ -291,46 +299,19 @@ impl Policy {
                 self.cfg.n_layer
             )));
         }
-        let alpha = self.cfg.smoothing;
-        let st = &mut self.phases[s.phase.index()];
+        let regular: Vec<Device> = self.current.get(s.phase).stages().collect();
         let timed: Vec<(Device, f64)> = std::iter::once(s.embed)
             .chain(s.layers.iter().copied())
             .chain(std::iter::once(s.head))
             .collect();
-        let usable = |ms: f64| ms.is_finite() && ms >= 0.0;
-        for d in [Device::Cpu, Device::Gpu] {
-            let di = d.index();
-            let (mut sum_ms, mut sum_est, mut any) = (0.0, 0.0, false);
-            for (k, &(dev, ms)) in timed.iter().enumerate() {
-                if dev == d && usable(ms) {
-                    sum_ms += ms;
-                    sum_est += st.est.stages[k][di];
-                    any = true;
-                }
-            }
-            if !any {
-                continue;
-            }
-            // The device's drift as a whole, smoothed like one measurement; it is the factor the
-            // timed stages' estimates move by in total, applied to the untimed ones.
-            let factor = if sum_est > 0.0 {
-                let ratio = (sum_ms / sum_est).clamp(1.0 / MAX_RATIO, MAX_RATIO);
-                1.0 + alpha * (ratio - 1.0)
-            } else {
-                1.0
-            };
-            for (k, &(dev, ms)) in timed.iter().enumerate() {
-                let e = &mut st.est.stages[k][di];
-                if dev == d && usable(ms) {
-                    *e = (1.0 - alpha) * *e + alpha * ms;
-                } else {
-                    *e *= factor;
-                }
-            }
-        }
-        if let Some(c) = s.crossing_ms.filter(|&c| usable(c)) {
-            st.est.crossing_ms = (1.0 - alpha) * st.est.crossing_ms + alpha * c;
-        }
+        let st = &mut self.phases[s.phase.index()];
+        st.est.observe(
+            &timed,
+            &regular,
+            s.crossing_ms,
+            self.cfg.smoothing,
+            self.cfg.noise,
+        );
         st.samples += 1;
         Ok(())
     }
@@ -340,9 +321,10 @@ impl Policy {
     pub fn decide(&mut self, phase: Phase) -> Decision {
         let st = &self.phases[phase.index()];
         let current = self.current.get(phase).clone();
-        let current_ms = st.est.predict(&current);
+        let costs = st.est.costs();
+        let current_ms = costs.predict(&current);
         let h = self.cfg.hysteresis;
-        let (placement, predicted_ms, changed, reason) = match solve(&st.est, &self.cfg) {
+        let (placement, predicted_ms, changed, reason) = match solve(costs, &self.cfg) {
             Ok((best, best_ms)) => {
                 let gain = if current_ms > 0.0 {
                     1.0 - best_ms / current_ms
@@ -448,7 +430,7 @@ impl Policy {
         let phase = |ph: Phase| {
             let st = &self.phases[ph.index()];
             let p = self.current.get(ph);
-            report::phase_report(p, &st.est, st.samples, st.probes)
+            report::phase_report(p, st.est.costs(), st.samples, st.probes)
         };
         PolicyReport {
             prefill: phase(Phase::Prefill),
