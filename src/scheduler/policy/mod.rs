@@ -20,8 +20,8 @@ pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
 pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
 
 use super::{Device, Phase, PhasePlacement, Placement};
-use estimate::Estimator;
 use crate::error::{Error, Result};
+use estimate::Estimator;
 
 /// What the policy may do and how it weighs evidence.
 #[derive(Debug, Clone, PartialEq)]
@@ -382,8 +382,10 @@ impl Policy {
 
     /// Call once before each timed sample of `phase`: every `probe_every`-th call returns the
     /// placement to run that sample with instead of the current one, which is the current one
-    /// with one stage on the other device (round-robin over stages, skipping moves that do not
-    /// fit the budget or need an unavailable GPU); otherwise None (run the current placement).
+    /// with one stage on the other device (round-robin over stages); a stage that would not fit
+    /// on the GPU goes there in place of the GPU stages that gain least from it; moves that still
+    /// do not fit, or need an unavailable GPU, are skipped. Otherwise None (run the current
+    /// placement).
     pub fn probe(&mut self, phase: Phase) -> Option<Placement> {
         if self.cfg.probe_every == 0 {
             return None;
@@ -395,6 +397,14 @@ impl Policy {
         }
         let current = self.current.get(phase);
         let n_stage = self.cfg.n_layer + 2;
+        let est = &st.est.costs().stages;
+        // GPU stages least worth their GPU bytes first (GPU ms − CPU ms, largest first): the
+        // ones to move out when a probe needs room on a full GPU.
+        let mut evict: Vec<usize> = (0..n_stage).collect();
+        evict.sort_by(|&a, &b| {
+            let gain = |k: usize| est.get(k).map_or(0.0, |c| c[1] - c[0]);
+            gain(b).total_cmp(&gain(a))
+        });
         for i in 0..n_stage {
             let k = (st.probe_cursor + i) % n_stage;
             let mut devs: Vec<Device> = current.stages().collect();
@@ -402,10 +412,24 @@ impl Policy {
                 continue;
             };
             *d = d.other();
-            let Some(p) = solve::from_stages(&devs) else {
+            let to_gpu = *d == Device::Gpu;
+            if to_gpu && !self.cfg.gpu_available {
                 continue;
-            };
-            if fits(&p, &self.cfg) {
+            }
+            let mut p = solve::from_stages(&devs);
+            // A stage that does not fit beside the current GPU stages is probed in place of the
+            // least useful of them, so a full GPU does not freeze the estimates of the stages
+            // left on the CPU.
+            for &j in &evict {
+                if !to_gpu || p.as_ref().is_none_or(|p| fits(p, &self.cfg)) {
+                    break;
+                }
+                if j != k && devs[j] == Device::Gpu {
+                    devs[j] = Device::Cpu;
+                    p = solve::from_stages(&devs);
+                }
+            }
+            if let Some(p) = p.filter(|p| fits(p, &self.cfg)) {
                 st.probe_cursor = (k + 1) % n_stage;
                 st.probes += 1;
                 return Some(p);
