@@ -392,7 +392,7 @@ impl Policy {
         }
         let st = &mut self.phases[phase.index()];
         st.probe_calls += 1;
-        if st.probe_calls % self.cfg.probe_every != 0 {
+        if !st.probe_calls.is_multiple_of(self.cfg.probe_every) {
             return None;
         }
         let current = self.current.get(phase);
