@@ -35,7 +35,8 @@ pub struct PolicyConfig {
     /// Bytes the GPU needs whatever the placement (scratch, staging) once any stage is on it.
     pub fixed_gpu_bytes: u64,
     /// Budget for all of the above; placements over it are never chosen nor probed. Each
-    /// phase's placement fits on its own (the executor holds one phase's residents at a time).
+    /// phase's placement is checked against it on its own: an executor that keeps both phases'
+    /// GPU stages resident at once must leave room for the other phase in what it passes here.
     pub gpu_budget_bytes: u64,
     /// Relative predicted gain a new placement needs before it replaces the current one
     /// (0.1 = 10 % faster), in [0, 1).
@@ -43,7 +44,9 @@ pub struct PolicyConfig {
     /// Every this many samples (calls to `probe`), one stage is timed on the other device
     /// (0 = never).
     pub probe_every: usize,
-    /// Weight of a new measurement in the running estimate (EWMA), in (0, 1].
+    /// Weight of a new timing in a stage's running estimate (EWMA in log space), and (times
+    /// k / n_stage for k stages timed) of a within-noise deviation in its device's speed; in
+    /// (0, 1].
     pub smoothing: f64,
     /// Relative timing noise to treat as noise, not as a change of device speed (0.3 = a
     /// device-wide deviation beyond ±30 % in two consecutive samples is a throttle or a
@@ -112,7 +115,9 @@ pub const DEFAULT_PROBE_EVERY: usize = 4;
 /// real small drifts faster but passes more noise into the estimates (one stage's steady-state
 /// spread is ≈ σ·√(s/(2 − s)), 7.5 % at 0.6 for ±20 % uniform noise, σ = 11.5 %), which the
 /// hysteresis must cover. Large changes (throttling) do not depend on it: they are taken at
-/// the second consecutive sample beyond the noise band.
+/// the second consecutive sample beyond the noise band. In tests/policy.rs 0.6 and 0.8 pass
+/// everything; 1.0 lets near-ties flip up to 4 times in 200 noisy samples; 0.4 learns a wrong
+/// prior's stage shapes too slowly from probes.
 pub const DEFAULT_SMOOTHING: f64 = 0.6;
 /// Device-wide deviations beyond ±30 % are changes: well above ±20 % timing noise (plus the few
 /// percent the estimate itself is off), well below a 2× throttle (whose observations stay
