@@ -4,6 +4,8 @@
 //! The types here are shared by the pure policy (`policy`), the memory planner (`crate::plan`)
 //! and the executor that runs a placement (`exec`).
 
+pub mod policy;
+
 use std::fmt;
 
 pub mod exec;

@@ -1,0 +1,470 @@
+//! The dynamic offload policy: a pure component (no GPU, no engine) that is fed per-stage
+//! timings measured by the executor and answers which placement each phase should run.
+//!
+//! The loop the executor runs every N tokens, per phase:
+//! `probe` (which placement to time next: the current one, or now and then the current one with
+//! one stage moved to the other device) → run and time it → `observe` → `decide` (re-solve the
+//! placement exactly for the current estimates; move only when the gain beats the hysteresis).
+//!
+//! Estimates (see `estimate.rs`): per phase, each stage's cost on a device is its shape (cost
+//! relative to the device's other stages) times the device's current speed, so the stages that
+//! run on a device also tell how fast the others would run there (a throttled or recovered GPU
+//! is seen through the head alone). Device-wide deviations within the noise band are smoothed
+//! heavily; one beyond it in two consecutive samples is a change, taken at once.
+
+mod estimate;
+mod report;
+mod solve;
+
+pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
+pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
+
+use super::{Device, Phase, PhasePlacement, Placement};
+use crate::error::{Error, Result};
+use estimate::Estimator;
+
+/// What the policy may do and how it weighs evidence.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PolicyConfig {
+    pub n_layer: usize,
+    /// GPU bytes each stage needs when resident there (weights + its KV cache).
+    pub embed_gpu_bytes: u64,
+    /// `[n_layer]`
+    pub layer_gpu_bytes: Vec<u64>,
+    pub head_gpu_bytes: u64,
+    /// Bytes the GPU needs whatever the placement (scratch, staging) once any stage is on it.
+    pub fixed_gpu_bytes: u64,
+    /// Budget for all of the above; placements over it are never chosen nor probed. Each
+    /// phase's placement is checked against it on its own: an executor that keeps both phases'
+    /// GPU stages resident at once must leave room for the other phase in what it passes here.
+    pub gpu_budget_bytes: u64,
+    /// Relative predicted gain a new placement needs before it replaces the current one
+    /// (0.1 = 10 % faster), in [0, 1).
+    pub hysteresis: f64,
+    /// Every this many samples (calls to `probe`), one stage is timed on the other device
+    /// (0 = never).
+    pub probe_every: usize,
+    /// Weight of a new timing in a stage's running estimate (EWMA in log space), and (times
+    /// k / n_stage for k stages timed) of a within-noise deviation in its device's speed; in
+    /// (0, 1].
+    pub smoothing: f64,
+    /// Relative timing noise to treat as noise, not as a change of device speed (0.3 = a
+    /// device-wide deviation beyond ±30 % in two consecutive samples is a throttle or a
+    /// recovery and is taken at once); > 0.
+    pub noise: f64,
+    pub gpu_available: bool,
+}
+
+impl PolicyConfig {
+    /// Defaults for the tunables, tuned with the simulated cost model in tests/policy.rs:
+    /// hysteresis 0.1, a probe every 4 samples, smoothing 0.6, noise band 0.3 (see the constants).
+    pub fn new(
+        n_layer: usize,
+        embed_gpu_bytes: u64,
+        layer_gpu_bytes: Vec<u64>,
+        head_gpu_bytes: u64,
+        fixed_gpu_bytes: u64,
+        gpu_budget_bytes: u64,
+        gpu_available: bool,
+    ) -> PolicyConfig {
+        PolicyConfig {
+            n_layer,
+            embed_gpu_bytes,
+            layer_gpu_bytes,
+            head_gpu_bytes,
+            fixed_gpu_bytes,
+            gpu_budget_bytes,
+            hysteresis: DEFAULT_HYSTERESIS,
+            probe_every: DEFAULT_PROBE_EVERY,
+            smoothing: DEFAULT_SMOOTHING,
+            noise: DEFAULT_NOISE,
+            gpu_available,
+        }
+    }
+
+    fn validate(&self) -> Result<()> {
+        let bad = |m: String| Err(Error::InvalidArgument(format!("offload policy: {m}")));
+        if self.layer_gpu_bytes.len() != self.n_layer {
+            return bad(format!(
+                "{} layer sizes for {} layers",
+                self.layer_gpu_bytes.len(),
+                self.n_layer
+            ));
+        }
+        if !(self.hysteresis.is_finite() && (0.0..1.0).contains(&self.hysteresis)) {
+            return bad(format!("hysteresis {} not in [0, 1)", self.hysteresis));
+        }
+        if !(self.smoothing.is_finite() && self.smoothing > 0.0 && self.smoothing <= 1.0) {
+            return bad(format!("smoothing {} not in (0, 1]", self.smoothing));
+        }
+        if !(self.noise.is_finite() && self.noise > 0.0) {
+            return bad(format!("noise {} not > 0", self.noise));
+        }
+        Ok(())
+    }
+}
+
+/// Relative gain needed to migrate: above the few-percent error the smoothed estimates keep
+/// under ±20 % per-measurement noise, so a near-tie never flips back and forth.
+pub const DEFAULT_HYSTERESIS: f64 = 0.1;
+/// A probe every 4 samples keeps the other device's estimates fresh at ≤ 1/4 of samples
+/// running one stage on a possibly slower device.
+pub const DEFAULT_PROBE_EVERY: usize = 4;
+/// EWMA weight of a stage's timing in its shape, and (times k / n_stage for k stages timed)
+/// of a within-noise device-wide deviation in the device scale. The trade-off: larger tracks
+/// real small drifts faster but passes more noise into the estimates (one stage's steady-state
+/// spread is ≈ σ·√(s/(2 − s)), 7.5 % at 0.6 for ±20 % uniform noise, σ = 11.5 %), which the
+/// hysteresis must cover. Large changes (throttling) do not depend on it: they are taken at
+/// the second consecutive sample beyond the noise band. In tests/policy.rs 0.6 and 0.8 pass
+/// everything; 1.0 lets near-ties flip up to 4 times in 200 noisy samples; 0.4 learns a wrong
+/// prior's stage shapes too slowly from probes.
+pub const DEFAULT_SMOOTHING: f64 = 0.6;
+/// Device-wide deviations beyond ±30 % are changes: well above ±20 % timing noise (plus the few
+/// percent the estimate itself is off), well below a 2× throttle (whose observations stay
+/// beyond ln 1.3 even with ±20 % noise: 1.6 / 1.07 > 1.3).
+pub const DEFAULT_NOISE: f64 = 0.3;
+
+/// One timed sample: per-token milliseconds per stage on the device it ran on this time.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub phase: Phase,
+    /// Tokens the sample covered (the timings are already per token).
+    pub tokens: usize,
+    pub embed: (Device, f64),
+    /// `[n_layer]`
+    pub layers: Vec<(Device, f64)>,
+    pub head: (Device, f64),
+    /// Milliseconds per boundary crossing per token (None when no crossing happened).
+    pub crossing_ms: Option<f64>,
+}
+
+/// Initial per-device per-stage cost estimates for each phase.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Prior {
+    pub prefill: StageCosts,
+    pub decode: StageCosts,
+}
+
+impl Prior {
+    pub fn new(prefill: StageCosts, decode: StageCosts) -> Prior {
+        Prior { prefill, decode }
+    }
+
+    /// The bandwidth floor: a stage reads `stage_bytes` (weights + KV cache) per token, so it
+    /// takes bytes / bandwidth on each device; `stage_bytes` is `[n_layer + 2]` (embedding,
+    /// blocks, head). Prefill gets the same estimate: it is compute-bound and faster per token,
+    /// but its first samples correct that, and only relative costs matter to the choice.
+    pub fn from_bytes(
+        stage_bytes: &[u64],
+        cpu_gbps: f64,
+        gpu_gbps: f64,
+        crossing_ms: f64,
+    ) -> Result<Prior> {
+        let ok = |x: f64| x.is_finite() && x > 0.0;
+        if !ok(cpu_gbps) || !ok(gpu_gbps) {
+            return Err(Error::InvalidArgument(format!(
+                "offload prior: bandwidths {cpu_gbps} / {gpu_gbps} GB/s must be positive"
+            )));
+        }
+        // bytes / (GB/s · 1e9) s = bytes / (GB/s · 1e6) ms
+        let ms = |b: u64, gbps: f64| b as f64 / (gbps * 1e6);
+        let costs = StageCosts {
+            stages: stage_bytes
+                .iter()
+                .map(|&b| [ms(b, cpu_gbps), ms(b, gpu_gbps)])
+                .collect(),
+            crossing_ms,
+        };
+        Ok(Prior::new(costs.clone(), costs))
+    }
+
+    fn get(&self, phase: Phase) -> &StageCosts {
+        match phase {
+            Phase::Prefill => &self.prefill,
+            Phase::Decode => &self.decode,
+        }
+    }
+}
+
+/// The outcome of one `decide`.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Decision {
+    pub phase: Phase,
+    /// Samples of this phase observed when the decision was made.
+    pub sample: usize,
+    /// The placement in force after the decision.
+    pub placement: Placement,
+    pub changed: bool,
+    /// Predicted per-token ms of the placement in force after the decision.
+    pub predicted_ms: f64,
+    /// Predicted per-token ms of the placement in force before it (same estimates).
+    pub current_predicted_ms: f64,
+    /// One line for `-v` logs.
+    pub reason: String,
+}
+
+/// Per-phase state: estimates, counters, probe cursor.
+#[derive(Debug, Clone)]
+struct PhaseState {
+    est: Estimator,
+    samples: usize,
+    probe_calls: usize,
+    probes: usize,
+    probe_cursor: usize,
+    last: Option<Decision>,
+}
+
+/// The dynamic offload policy (see the module docs).
+#[derive(Debug, Clone)]
+pub struct Policy {
+    cfg: PolicyConfig,
+    current: PhasePlacement,
+    phases: [PhaseState; 2],
+    history: Vec<Decision>,
+}
+
+impl Policy {
+    /// Errors when the config is inconsistent, the prior or the initial placements do not
+    /// match `n_layer`, or an initial placement does not fit (over budget, GPU unavailable).
+    pub fn new(cfg: PolicyConfig, prior: Prior, initial: PhasePlacement) -> Result<Policy> {
+        cfg.validate()?;
+        for phase in [Phase::Prefill, Phase::Decode] {
+            prior.get(phase).validate(cfg.n_layer, "offload prior")?;
+            let p = initial.get(phase);
+            if p.layers.len() != cfg.n_layer {
+                return Err(Error::InvalidArgument(format!(
+                    "offload policy: initial {phase:?} placement has {} layers, want {}",
+                    p.layers.len(),
+                    cfg.n_layer
+                )));
+            }
+            if !fits(p, &cfg) {
+                return Err(Error::InvalidArgument(format!(
+                    "offload policy: initial {phase:?} placement {} needs {} GPU bytes, budget \
+                     {} (GPU available: {})",
+                    p.compact(),
+                    gpu_bytes(p, &cfg),
+                    cfg.gpu_budget_bytes,
+                    cfg.gpu_available
+                )));
+            }
+        }
+        let state = |phase| PhaseState {
+            est: Estimator::new(prior.get(phase)),
+            samples: 0,
+            probe_calls: 0,
+            probes: 0,
+            probe_cursor: 0,
+            last: None,
+        };
+        Ok(Policy {
+            phases: [state(Phase::Prefill), state(Phase::Decode)],
+            cfg,
+            current: initial,
+            history: Vec::new(),
+        })
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.cfg
+    }
+
+    /// The placement in force for `phase`.
+    pub fn placement(&self, phase: Phase) -> &Placement {
+        self.current.get(phase)
+    }
+
+    pub fn placements(&self) -> &PhasePlacement {
+        &self.current
+    }
+
+    /// Current per-stage `[cpu_ms, gpu_ms]` estimates and crossing cost of `phase`.
+    pub fn estimates(&self, phase: Phase) -> &StageCosts {
+        self.phases[phase.index()].est.costs()
+    }
+
+    /// Decisions that changed a placement (migrations), oldest first.
+    pub fn history(&self) -> &[Decision] {
+        &self.history
+    }
+
+    /// The latest decision for `phase`, changed or not.
+    pub fn last_decision(&self, phase: Phase) -> Option<&Decision> {
+        self.phases[phase.index()].last.as_ref()
+    }
+
+    /// Folds a timed sample into the estimates. Errors (and changes nothing) when the sample
+    /// has the wrong number of layers or no tokens; negative or non-finite timings are skipped.
+    pub fn observe(&mut self, s: &Sample) -> Result<()> {
+        if s.layers.len() != self.cfg.n_layer || s.tokens == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "offload sample: {} layers and {} tokens (want {} layers, > 0 tokens)",
+                s.layers.len(),
+                s.tokens,
+                self.cfg.n_layer
+            )));
+        }
+        let regular: Vec<Device> = self.current.get(s.phase).stages().collect();
+        let timed: Vec<(Device, f64)> = std::iter::once(s.embed)
+            .chain(s.layers.iter().copied())
+            .chain(std::iter::once(s.head))
+            .collect();
+        let st = &mut self.phases[s.phase.index()];
+        st.est.observe(
+            &timed,
+            &regular,
+            s.crossing_ms,
+            self.cfg.smoothing,
+            self.cfg.noise,
+        );
+        st.samples += 1;
+        Ok(())
+    }
+
+    /// Re-solves `phase` for the current estimates and migrates when the optimum beats the
+    /// current placement's prediction by more than the hysteresis.
+    pub fn decide(&mut self, phase: Phase) -> Decision {
+        let st = &self.phases[phase.index()];
+        let current = self.current.get(phase).clone();
+        let costs = st.est.costs();
+        let current_ms = costs.predict(&current);
+        let h = self.cfg.hysteresis;
+        let (placement, predicted_ms, changed, reason) = match solve(costs, &self.cfg) {
+            Ok((best, best_ms)) => {
+                let gain = if current_ms > 0.0 {
+                    1.0 - best_ms / current_ms
+                } else {
+                    0.0
+                };
+                // A placement that stopped fitting (the GPU was lost) is left whatever the gain.
+                let must = !fits(&current, &self.cfg);
+                if best != current && (must || gain > h) {
+                    let why = if must {
+                        "current no longer fits".to_string()
+                    } else {
+                        format!("gain {:.1}% > hysteresis {:.1}%", gain * 100.0, h * 100.0)
+                    };
+                    let r = format!(
+                        "{phase:?}: migrate {current} ({current_ms:.3} ms/tok) -> {best} \
+                         ({best_ms:.3} ms/tok): {why}"
+                    );
+                    (best, best_ms, true, r)
+                } else {
+                    let r = if best == current {
+                        format!("{phase:?}: keep {current} ({current_ms:.3} ms/tok): optimal")
+                    } else {
+                        format!(
+                            "{phase:?}: keep {current} ({current_ms:.3} ms/tok): best {best} \
+                             ({best_ms:.3} ms/tok) gains {:.1}% <= hysteresis {:.1}%",
+                            gain * 100.0,
+                            h * 100.0
+                        )
+                    };
+                    (current, current_ms, false, r)
+                }
+            }
+            Err(e) => {
+                let r = format!("{phase:?}: keep {current}: {e}");
+                (current, current_ms, false, r)
+            }
+        };
+        let d = Decision {
+            phase,
+            sample: st.samples,
+            placement: placement.clone(),
+            changed,
+            predicted_ms,
+            current_predicted_ms: current_ms,
+            reason,
+        };
+        *self.current.get_mut(phase) = placement;
+        if changed {
+            self.history.push(d.clone());
+        }
+        self.phases[phase.index()].last = Some(d.clone());
+        d
+    }
+
+    /// Call once before each timed sample of `phase`: every `probe_every`-th call returns the
+    /// placement to run that sample with instead of the current one, which is the current one
+    /// with one stage on the other device (round-robin over stages); a stage that would not fit
+    /// on the GPU goes there in place of the GPU stages that gain least from it; moves that still
+    /// do not fit, or need an unavailable GPU, are skipped. Otherwise None (run the current
+    /// placement).
+    pub fn probe(&mut self, phase: Phase) -> Option<Placement> {
+        if self.cfg.probe_every == 0 {
+            return None;
+        }
+        let st = &mut self.phases[phase.index()];
+        st.probe_calls += 1;
+        if !st.probe_calls.is_multiple_of(self.cfg.probe_every) {
+            return None;
+        }
+        let current = self.current.get(phase);
+        let n_stage = self.cfg.n_layer + 2;
+        let est = &st.est.costs().stages;
+        // GPU stages least worth their GPU bytes first (GPU ms − CPU ms, largest first): the
+        // ones to move out when a probe needs room on a full GPU.
+        let mut evict: Vec<usize> = (0..n_stage).collect();
+        evict.sort_by(|&a, &b| {
+            let gain = |k: usize| est.get(k).map_or(0.0, |c| c[1] - c[0]);
+            gain(b).total_cmp(&gain(a))
+        });
+        for i in 0..n_stage {
+            let k = (st.probe_cursor + i) % n_stage;
+            let mut devs: Vec<Device> = current.stages().collect();
+            let Some(d) = devs.get_mut(k) else {
+                continue;
+            };
+            *d = d.other();
+            let to_gpu = *d == Device::Gpu;
+            if to_gpu && !self.cfg.gpu_available {
+                continue;
+            }
+            let mut p = solve::from_stages(&devs);
+            // A stage that does not fit beside the current GPU stages is probed in place of the
+            // least useful of them, so a full GPU does not freeze the estimates of the stages
+            // left on the CPU.
+            for &j in &evict {
+                if !to_gpu || p.as_ref().is_none_or(|p| fits(p, &self.cfg)) {
+                    break;
+                }
+                if j != k && devs[j] == Device::Gpu {
+                    devs[j] = Device::Cpu;
+                    p = solve::from_stages(&devs);
+                }
+            }
+            if let Some(p) = p.filter(|p| fits(p, &self.cfg)) {
+                st.probe_cursor = (k + 1) % n_stage;
+                st.probes += 1;
+                return Some(p);
+            }
+        }
+        None
+    }
+
+    /// The GPU went away (lost device, failed bring-up): from now on everything runs on the
+    /// CPU; both phases migrate at once and the decisions are recorded.
+    pub fn gpu_lost(&mut self) -> Vec<Decision> {
+        self.cfg.gpu_available = false;
+        [Phase::Prefill, Phase::Decode]
+            .into_iter()
+            .map(|phase| self.decide(phase))
+            .collect()
+    }
+
+    /// Everything worth printing or serialising: placement, estimates and counters per phase,
+    /// and the migrations.
+    pub fn report(&self) -> PolicyReport {
+        let phase = |ph: Phase| {
+            let st = &self.phases[ph.index()];
+            let p = self.current.get(ph);
+            report::phase_report(p, st.est.costs(), st.samples, st.probes)
+        };
+        PolicyReport {
+            prefill: phase(Phase::Prefill),
+            decode: phase(Phase::Decode),
+            migrations: self.history.iter().map(DecisionReport::from).collect(),
+        }
+    }
+}
