@@ -62,6 +62,11 @@ pub struct LoadOptions {
     /// With `gpu_mem_budget`: run the blocks that do not fit on the GPU too, streaming their
     /// weights from the mmap through two block-sized slots, instead of on the CPU.
     pub stream: bool,
+    /// The context the GPU budget is planned for (0: the model's, capped at 4096).
+    pub n_ctx: usize,
+    /// Re-decide the placement every N decoded tokens (and at each prompt) from measured
+    /// stage times (`scheduler::policy`); `None` keeps it fixed.
+    pub resample_every: Option<usize>,
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -79,6 +84,7 @@ pub struct Model {
     f32_activations: bool,
     /// Where each stage runs when a session starts.
     placement: PhasePlacement,
+    resample_every: Option<usize>,
 }
 
 impl std::fmt::Debug for Model {
@@ -125,6 +131,7 @@ impl Model {
         let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
         Ok(Model {
             placement,
+            resample_every: opts.resample_every,
             gguf,
             config,
             tokenizer,
@@ -227,7 +234,12 @@ fn initial_placement(
             (p.clone(), p)
         }
         (None, Some(budget)) => {
-            let fit = crate::scheduler::fit_budget(gguf, cfg, budget)?;
+            let n_ctx = if opts.n_ctx == 0 {
+                cfg.n_ctx_train.min(4096)
+            } else {
+                opts.n_ctx
+            };
+            let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream)?;
             if opts.stream {
                 (Placement::all(Device::Gpu, n_layer), fit)
             } else {
@@ -400,6 +412,16 @@ impl Session {
             PREFILL_BATCH,
             model.f32_activations,
         )?;
+        let mut exec = exec;
+        if let (Some(every), Some(_)) = (model.resample_every, &model.gpu) {
+            let mm = crate::plan::MemoryModel::from_gguf(
+                &model.gguf,
+                cfg,
+                n_ctx,
+                crate::plan::MEMWALL_KV_BITS,
+            )?;
+            exec.enable_policy(every, &mm)?;
+        }
         Ok(Session {
             model,
             exec,

@@ -102,9 +102,20 @@ pub fn parse_level(s: &str) -> Option<log::LevelFilter> {
 /// Installs the logger with `MEMWALL_LOG`'s levels (default `error`; an invalid value is
 /// reported and ignored). Does nothing if a logger is already installed.
 pub fn init_from_env() {
+    init(false)
+}
+
+/// As [`init_from_env`]; `verbose` (the CLI's `-v`) makes memwall's own decisions (placement,
+/// policy, KV moves) show at `info` when `MEMWALL_LOG` does not say otherwise.
+pub fn init(verbose: bool) {
     let raw = std::env::var("MEMWALL_LOG").ok();
+    let default = if verbose {
+        "error,memwall=info"
+    } else {
+        "error"
+    };
     let spec = match raw.as_deref().map(LogSpec::parse) {
-        None => LogSpec::parse("error"),
+        None => LogSpec::parse(default),
         Some(Some(s)) => Some(s),
         Some(None) => {
             eprintln!(

@@ -19,6 +19,9 @@ use memwall::sampler::{Sampler, SamplerParams};
 struct Cli {
     #[command(subcommand)]
     cmd: Command,
+    /// Log memwall's decisions (placement, offload policy, KV cache moves) to stderr.
+    #[arg(short = 'v', long, global = true)]
+    verbose: bool,
 }
 
 #[derive(Args, Clone)]
@@ -43,6 +46,19 @@ struct ModelArgs {
     /// CPU (the hidden state crosses once per token) [default: every stage on the GPU device].
     #[arg(long = "gpu-layers", visible_alias = "ngl", value_name = "N")]
     gpu_layers: Option<usize>,
+    /// GPU memory the model may use (weights, KV cache, scratch, staging), e.g. 512M or 6G
+    /// (K/M/G = powers of 1024, KB/MB/GB = powers of 1000): the stages that fit go to the GPU,
+    /// the others run on the CPU (or, with --stream, on the GPU from the mmap).
+    #[arg(long = "gpu-mem-budget", value_name = "SIZE")]
+    gpu_mem_budget: Option<String>,
+    /// With --gpu-mem-budget: run every block on the GPU, streaming the weights of those that
+    /// are not resident through two block-sized slots.
+    #[arg(long)]
+    stream: bool,
+    /// Re-decide the CPU/GPU placement every N decoded tokens (and at each prompt) from
+    /// measured stage times; 0 keeps the placement fixed.
+    #[arg(long = "resample-every", value_name = "N", default_value_t = 0)]
+    resample_every: usize,
 }
 
 impl ModelArgs {
@@ -226,9 +242,9 @@ struct PlanArgs {
 }
 
 fn main() -> ExitCode {
-    // Before any GPU bring-up: wgpu reads the log level when it creates its instance.
-    memwall::logging::init_from_env();
     let cli = Cli::parse();
+    // Before any GPU bring-up: wgpu reads the log level when it creates its instance.
+    memwall::logging::init(cli.verbose);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -238,13 +254,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn load(args: &ModelArgs, quiet: bool) -> memwall::Result<Arc<Model>> {
+/// Loads the model for a run with a context of `n_ctx` tokens (0: the model's default; the
+/// GPU budget is planned for it).
+fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<Arc<Model>> {
     let path = args.path();
     let opts = LoadOptions {
         threads: args.threads,
         device: memwall::engine::DeviceChoice::parse(&args.device)?,
         f32_activations: args.f32_activations,
         gpu_layers: args.gpu_layers,
+        gpu_mem_budget: args
+            .gpu_mem_budget
+            .as_deref()
+            .map(memwall::plan::parse_size)
+            .transpose()?,
+        stream: args.stream,
+        resample_every: (args.resample_every > 0).then_some(args.resample_every),
+        n_ctx,
         ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();
@@ -307,7 +333,7 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
                 path: file.clone(),
                 source,
             })?;
-            let model = load(&model, json)?;
+            let model = load(&model, ctx, json)?;
             let ids = model.tokenizer().encode(&text, true, false);
             let tty = !json && std::io::stderr().is_terminal();
             let n_chunks = ids.len() / ctx.max(1);
@@ -482,7 +508,7 @@ fn check(file: &PathBuf, json: bool) -> memwall::Result<ExitCode> {
 }
 
 fn run(a: RunArgs) -> memwall::Result<ExitCode> {
-    let model = load(&a.model, a.json)?;
+    let model = load(&a.model, a.ctx, a.json)?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -540,6 +566,9 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             },
             "exec": session.exec().stats,
         });
+        if let Some(r) = session.exec().policy_report() {
+            obj["policy"] = serde_json::to_value(r).unwrap_or_default();
+        }
         if a.n_probs > 0 {
             obj["top_probs"] = gen
                 .top_probs

@@ -18,6 +18,8 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
 use crate::model::{embed_stage, head_stage, layer_stage, Logits, Scratch};
+use crate::scheduler::dynamic::Dynamic;
+use crate::scheduler::policy::PolicyReport;
 use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 /// Wall-clock milliseconds of each stage of one forward pass, each stage synchronized with its
@@ -76,6 +78,10 @@ pub struct Exec {
     /// Hidden state in transit between devices: [batch, n_embd].
     host: Vec<f32>,
     measure_next: bool,
+    /// The dynamic offload policy, when on.
+    dynamic: Option<Dynamic>,
+    /// Whether the last pass was timed (its times are in `last_times`).
+    timed: bool,
     /// The measured pass in progress (the head adds its time).
     pending: Option<StageTimes>,
     last_times: Option<StageTimes>,
@@ -141,6 +147,8 @@ impl Exec {
             gpu: None,
             placement: placement.clone(),
             measure_next: false,
+            dynamic: None,
+            timed: false,
             pending: None,
             last_times: None,
             stats: ExecStats::default(),
@@ -296,6 +304,7 @@ impl Exec {
     /// one holding them.
     fn migrate(&mut self, p: &Placement, n_past: usize) -> Result<()> {
         let kv_len = n_past * self.cfg.kv_dim();
+        let mut moved = 0usize;
         let mut k = Vec::new();
         let mut v = Vec::new();
         for l in 0..self.cfg.n_layer {
@@ -310,7 +319,8 @@ impl Exec {
                 on_dev!(self, to, |b, _s| b.write_kv(l, &k, &v))?;
                 self.stats.kv_moves += 1;
                 self.stats.kv_positions_moved += n_past as u64;
-                log::info!("layer {l}: KV cache of {n_past} positions moved {from} -> {to}");
+                moved += 1;
+                log::debug!("layer {l}: KV cache of {n_past} positions moved {from} -> {to}");
             } else {
                 // Nothing cached yet: give the new device an empty cache.
                 on_dev!(self, to, |b, _s| b.write_kv(l, &[], &[]))?;
@@ -320,6 +330,9 @@ impl Exec {
                 Ok::<(), Error>(())
             })?;
             self.kv_home[l] = to;
+        }
+        if moved > 0 {
+            log::info!("placement {p}: moved the KV cache of {moved} layers ({n_past} positions)");
         }
         Ok(())
     }
@@ -368,9 +381,25 @@ impl Exec {
             });
         }
         let phase = phase_of(tokens.len());
+        let mut measure = std::mem::take(&mut self.measure_next);
+        let current = self.placement.get(phase).clone();
+        if let Some((due, probe)) = self.dynamic.as_mut().map(|d| d.before(phase, &current)) {
+            measure |= due;
+            if let Some(pp) = probe {
+                match self.check(&pp) {
+                    Ok(()) => *self.placement.get_mut(phase) = pp,
+                    Err(e) => {
+                        log::warn!("offload policy: probe {pp} not run: {e}");
+                        if let Some(d) = self.dynamic.as_mut() {
+                            d.take_restore();
+                        }
+                    }
+                }
+            }
+        }
+        self.timed = measure;
         let p = self.placement.get(phase).clone();
         self.migrate(&p, pos0)?;
-        let measure = std::mem::take(&mut self.measure_next);
         self.pending = None;
         let mut times = measure.then(|| StageTimes {
             phase,
@@ -478,7 +507,7 @@ impl Exec {
         let pool = self.pool.clone();
         let n_total = tokens.len();
         let n_vocab = self.cfg.n_vocab;
-        pool.install(|| {
+        let r = pool.install(|| {
             self.run(tokens, pos0, |e, at, start_idx, n| {
                 let done = start_idx + n;
                 let rows = match want {
@@ -502,7 +531,9 @@ impl Exec {
                 }
                 Ok(())
             })
-        })
+        });
+        let after = pool.install(|| self.after_pass());
+        r.and(after)
     }
 
     /// As [`Exec::forward`], returning only the most likely next token after the last one;
@@ -512,7 +543,7 @@ impl Exec {
         let n_total = tokens.len();
         let n_vocab = self.cfg.n_vocab;
         let mut id = None;
-        pool.install(|| {
+        let r = pool.install(|| {
             self.run(tokens, pos0, |e, at, start_idx, n| {
                 if start_idx + n == n_total {
                     let t = Instant::now();
@@ -524,8 +555,78 @@ impl Exec {
                 }
                 Ok(())
             })
-        })?;
+        });
+        let after = pool.install(|| self.after_pass());
+        r.and(after)?;
         id.ok_or_else(|| Error::InvalidArgument("no logits computed".into()))
+    }
+
+    /// Turns on the dynamic offload policy: every `every`-th decode pass (and every prefill)
+    /// is timed and the placement of its phase re-solved among the stages whose weights are
+    /// on the GPU (sizes from `mm`, the plan of this model and context).
+    pub fn enable_policy(&mut self, every: usize, mm: &crate::plan::MemoryModel) -> Result<()> {
+        let resident = self.resident();
+        self.dynamic = Some(Dynamic::new(
+            every,
+            mm,
+            &resident,
+            self.placement.clone(),
+            self.gpu_model.is_some(),
+        )?);
+        Ok(())
+    }
+
+    /// The stages whose weights are resident on the GPU.
+    pub fn resident(&self) -> Placement {
+        let n = self.cfg.n_layer;
+        let Some(g) = &self.gpu_model else {
+            return Placement::all(Device::Cpu, n);
+        };
+        let dev = |b: bool| if b { Device::Gpu } else { Device::Cpu };
+        let head_w = if self.cfg.tied_embeddings {
+            crate::backend::WeightId::TokEmbd
+        } else {
+            crate::backend::WeightId::Output
+        };
+        Placement {
+            embed: dev(g.has(crate::backend::WeightId::TokEmbd)),
+            layers: (0..n).map(|l| dev(g.has_layer(l))).collect(),
+            head: dev(g.has(crate::backend::WeightId::OutputNorm) && g.has(head_w)),
+        }
+    }
+
+    /// The policy's report (placements, estimates, migrations), when it is on.
+    pub fn policy_report(&self) -> Option<PolicyReport> {
+        self.dynamic.as_ref().map(|d| d.report())
+    }
+
+    /// After a pass: puts back a probe's placement and gives a timed pass to the policy,
+    /// applying its decision (the move happens at the start of the next pass).
+    fn after_pass(&mut self) -> Result<()> {
+        let Some(dy) = self.dynamic.as_mut() else {
+            return Ok(());
+        };
+        let restore = dy.take_restore();
+        if let Some((phase, p)) = restore {
+            *self.placement.get_mut(phase) = p;
+        }
+        if !std::mem::take(&mut self.timed) {
+            return Ok(());
+        }
+        let Some(times) = self.last_times.clone() else {
+            return Ok(());
+        };
+        let Some(dy) = self.dynamic.as_mut() else {
+            return Ok(());
+        };
+        let d = dy.after(&times)?;
+        if d.changed {
+            log::info!("offload policy ({:?}): {}", d.phase, d.reason);
+            self.set_placement(d.phase, d.placement)?;
+        } else {
+            log::debug!("offload policy ({:?}): {}", d.phase, d.reason);
+        }
+        Ok(())
     }
 
     /// Bytes of KV cache held per device: [cpu, gpu].

@@ -8,6 +8,7 @@ pub mod policy;
 
 use std::fmt;
 
+pub mod dynamic;
 pub mod exec;
 
 pub use exec::{Exec, ExecStats, StageTimes};
@@ -171,15 +172,33 @@ impl PhasePlacement {
     }
 }
 
-/// The placement for a GPU memory budget (TEMPORARY until crate::plan lands).
+/// The placement for a GPU memory budget of `budget` bytes and a context of `n_ctx`
+/// positions: `crate::plan::fit`'s choice (weights, KV cache, scratch and staging counted; the
+/// most bytes on the GPU without exceeding the budget). With `stream`, room for the two stream
+/// slots and for the KV cache of every block (all then run on the GPU) is set aside first.
 pub fn fit_budget(
-    _gguf: &crate::gguf::Gguf,
-    _cfg: &crate::config::Config,
-    _budget: u64,
+    gguf: &crate::gguf::Gguf,
+    cfg: &crate::config::Config,
+    n_ctx: usize,
+    budget: u64,
+    stream: bool,
 ) -> crate::error::Result<Placement> {
-    Err(crate::error::Error::InvalidArgument(
-        "--gpu-mem-budget is not wired yet".into(),
-    ))
+    let mm = crate::plan::MemoryModel::from_gguf(gguf, cfg, n_ctx, crate::plan::MEMWALL_KV_BITS)?;
+    let budget = if stream {
+        let slot = mm.layer_weight_bytes.iter().copied().max().unwrap_or(0);
+        let reserve = 2 * slot + mm.kv_bytes_per_layer * mm.n_layer as u64;
+        budget.checked_sub(reserve).ok_or_else(|| {
+            crate::error::Error::InvalidArgument(format!(
+                "--gpu-mem-budget of {} cannot hold the stream slots and the KV cache \
+                 ({} needed before any resident weights)",
+                crate::plan::format_size(budget),
+                crate::plan::format_size(reserve)
+            ))
+        })?
+    } else {
+        budget
+    };
+    Ok(crate::plan::fit(&mm, budget).placement)
 }
 
 #[cfg(test)]
