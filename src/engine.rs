@@ -241,7 +241,13 @@ fn initial_placement(
             };
             let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream)?;
             if opts.stream {
-                (Placement::all(Device::Gpu, n_layer), fit)
+                // Blocks stream; the embedding and head run where their weights are.
+                let run = Placement {
+                    embed: fit.embed,
+                    layers: vec![Device::Gpu; n_layer],
+                    head: fit.head,
+                };
+                (run, fit)
             } else {
                 (fit.clone(), fit)
             }

@@ -318,3 +318,74 @@ fn the_offload_policy_moves_layers_mid_generation_without_changing_results() {
         assert!(s.exec().stats.kv_moves > 0);
     }
 }
+
+fn cli_json(args: &[&str]) -> Value {
+    let model = common::model_path();
+    let mut a: Vec<&std::ffi::OsStr> = vec!["run".as_ref(), "-m".as_ref(), model.as_os_str()];
+    a.extend(args.iter().map(|s| std::ffi::OsStr::new(*s)));
+    a.extend(
+        [
+            "--json",
+            "--temp",
+            "0",
+            "-n",
+            "3",
+            "-c",
+            "256",
+            "-p",
+            "The capital of France is",
+        ]
+        .map(std::ffi::OsStr::new),
+    );
+    let (code, out) = common::run_memwall(&a);
+    assert_eq!(code, Some(0), "{out}");
+    let line = out.lines().rev().find(|l| l.starts_with('{')).expect(&out);
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn cli_budget_split_and_streaming() {
+    // A 40 MB budget holds a few blocks of this model (plus scratch): those run on the GPU,
+    // the rest on the CPU; with --stream every block runs on the GPU.
+    let split = cli_json(&["-d", "gpu", "--gpu-mem-budget", "40M"]);
+    let p = split["placement"]["decode"].as_str().unwrap().to_string();
+    let (g, c) = (p.matches('G').count(), p.matches('c').count());
+    assert!(g > 0 && c > 0, "budget placement {p}");
+    assert_eq!(split["generated_ids"].as_array().unwrap().len(), 3);
+    let streamed = cli_json(&["-d", "gpu", "--gpu-mem-budget", "48M", "--stream"]);
+    let p = streamed["placement"]["decode"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        p.split('|').nth(1).unwrap().chars().all(|c| c == 'G'),
+        "{p}"
+    );
+    assert_eq!(streamed["generated_ids"], split["generated_ids"]);
+    // Bad values are errors naming them.
+    let model = common::model_path();
+    for (args, needle) in [
+        (vec!["--gpu-mem-budget", "12X"], "12X"),
+        (vec!["--gpu-mem-budget", "1M", "--stream"], "stream"),
+        (
+            vec!["--gpu-layers", "3", "--gpu-mem-budget", "1G"],
+            "alternatives",
+        ),
+    ] {
+        let mut a: Vec<&std::ffi::OsStr> = vec![
+            "run".as_ref(),
+            "-m".as_ref(),
+            model.as_os_str(),
+            "-d".as_ref(),
+            "gpu".as_ref(),
+        ];
+        a.extend(args.iter().map(std::ffi::OsStr::new));
+        a.extend(["-p", "Hi", "-n", "1"].map(std::ffi::OsStr::new));
+        let (code, out) = common::run_memwall(&a);
+        assert_ne!(code, Some(0), "{args:?}: {out}");
+        assert!(
+            out.contains(needle) && !out.contains("panicked"),
+            "{args:?}: {out}"
+        );
+    }
+}
