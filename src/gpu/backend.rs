@@ -72,6 +72,9 @@ pub struct GpuBackend {
     qx: wgpu::Buffer,
     /// Its chunk scales and sums: [max_tokens, max_cols / 32] vec4<f32>.
     qd: wgpu::Buffer,
+    /// Bytes of every buffer this session allocated (KV cache, scratch, activations,
+    /// readback staging, uniform ring); the weights are the model's (`GpuModel::weight_bytes`).
+    allocated: u64,
 }
 
 fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
@@ -131,7 +134,15 @@ impl GpuBackend {
         let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
         let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;
+        let allocated = kv
+            .iter()
+            .flat_map(|l| [&l.k, &l.v])
+            .chain([&att_scratch, &ids, &argmax_out, &qx, &qd])
+            .map(|b| b.size())
+            .sum::<u64>()
+            + rec.ring_bytes();
         Ok(GpuBackend {
+            allocated,
             qx,
             qd,
             m,
@@ -148,6 +159,12 @@ impl GpuBackend {
 
     pub fn model(&self) -> &Arc<GpuModel> {
         &self.m
+    }
+
+    /// Bytes of GPU buffers this session allocated so far: KV cache, scratch, activations,
+    /// readback staging and the uniform ring (the weights are `model().weight_bytes`).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated
     }
 
     /// Per-kernel timings when `MEMWALL_GPU_PROFILE=1` (see [`Recorder`]).
@@ -182,6 +199,9 @@ impl GpuBackend {
         }
         let need_new = self.staging.as_ref().is_none_or(|s| s.size() < bytes);
         if need_new {
+            // The old staging buffer is dropped: count the live one only.
+            let old = self.staging.as_ref().map_or(0, |s| s.size());
+            self.allocated = self.allocated.saturating_sub(old) + bytes;
             // Grown once to the largest read (the logits); not in the steady-state loop.
             self.staging = Some(ctx.scoped("readback buffer", || {
                 Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -291,6 +311,7 @@ impl Backend for GpuBackend {
 
     fn alloc(&mut self, len: usize) -> Result<GpuAct> {
         let bytes = (len as u64).saturating_mul(4);
+        self.allocated += bytes.max(4);
         Ok(GpuAct {
             buf: storage(&self.m, "activation", bytes)?,
             len,
