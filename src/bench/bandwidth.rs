@@ -98,7 +98,25 @@ pub fn cpu_probe(bytes_per_array: u64, threads: usize, runs: usize) -> Result<Pr
     let read = best_of(runs, || {
         let sum = pool.install(|| {
             a.par_chunks(CHUNK)
-                .map(|ch| ch.iter().fold(0u64, |acc, x| acc.wrapping_add(x.to_bits())))
+                .map(|ch| {
+                    // Four quarters read in lockstep: four streams in flight, as the triad
+                    // has three (one stream per core leaves the prefetchers half idle).
+                    let q = ch.len() / 4;
+                    let (h0, h1) = ch.split_at(2 * q);
+                    let ((q0, q1), (q2, q3)) = (h0.split_at(q), h1.split_at(q));
+                    let mut acc = [0u64; 4];
+                    for (((a, b), c), d) in q0.iter().zip(q1).zip(q2).zip(q3) {
+                        acc[0] = acc[0].wrapping_add(a.to_bits());
+                        acc[1] = acc[1].wrapping_add(b.to_bits());
+                        acc[2] = acc[2].wrapping_add(c.to_bits());
+                        acc[3] = acc[3].wrapping_add(d.to_bits());
+                    }
+                    // The last chunk's tail when its length is not a multiple of 4.
+                    let tail = q3[q..]
+                        .iter()
+                        .fold(0u64, |s, x| s.wrapping_add(x.to_bits()));
+                    acc.iter().fold(tail, |s, &x| s.wrapping_add(x))
+                })
                 .reduce(|| 0, u64::wrapping_add)
         });
         std::hint::black_box(sum);

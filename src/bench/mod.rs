@@ -102,7 +102,7 @@ impl Default for BenchOptions {
             probe_bytes: 256 << 20,
             probe_runs: 5,
             f32_activations: false,
-            seed: 0x6d65_6d77_616c_6c,
+            seed: 0x006d_656d_7761_6c6c,
         }
     }
 }
