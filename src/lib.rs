@@ -2,6 +2,7 @@
 //! any layer. See README.md for the tour and `../shared/DESIGN.md` for the architecture.
 
 pub mod backend;
+pub mod bench;
 pub mod chat;
 pub mod check;
 pub mod config;

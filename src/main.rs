@@ -123,6 +123,11 @@ enum Command {
     /// architecture numbers (--params/--layers/--heads/...).
     #[command(after_help = SIZE_UNITS)]
     Plan(PlanArgs),
+    /// Benchmark prefill and decode per device (as llama-bench does), with the bytes each
+    /// decoded token moves, the achieved GB/s and the device's measured bandwidth.
+    Bench(BenchArgs),
+    /// Write a synthetic llama-architecture GGUF with random weights at real layer widths.
+    Synth(SynthArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
     /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
     Selftest {
@@ -133,6 +138,63 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+}
+
+#[derive(Args)]
+struct BenchArgs {
+    /// GGUF model file [default: $MEMWALL_MODEL, else the cached test model]
+    #[arg(short = 'm', long = "model")]
+    model: Option<PathBuf>,
+    /// Prompt tokens (synthetic ids) per prefill.
+    #[arg(short = 'p', long = "n-prompt", default_value_t = 128)]
+    n_prompt: usize,
+    /// Tokens decoded one at a time per repetition.
+    #[arg(short = 'n', long = "n-gen", default_value_t = 64)]
+    n_gen: usize,
+    /// Timed repetitions (after one warm-up).
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    reps: usize,
+    /// Devices, a comma list of configurations run in turn: cpu, gpu, auto, an adapter index
+    /// or a name substring (as --device of `run`).
+    #[arg(short = 'd', long, default_value = "auto")]
+    device: String,
+    /// CPU worker threads [default: all cores]
+    #[arg(short = 't', long)]
+    threads: Option<usize>,
+    /// Keep matmul activations in f32.
+    #[arg(long)]
+    f32_activations: bool,
+    /// Only measure each device's memory bandwidth (no model).
+    #[arg(long)]
+    bandwidth: bool,
+    /// Skip the bandwidth probes.
+    #[arg(long)]
+    no_probe: bool,
+    /// MiB per bandwidth probe array (CPU) or buffer (GPU, capped by the binding limit).
+    #[arg(long, default_value_t = 256)]
+    probe_mib: u64,
+    /// Print the results as one JSON object (schema: see `memwall::bench`).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+struct SynthArgs {
+    /// Output GGUF file.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// Layer widths: tiny, 1b (Llama-3.2-1B), 7b (Llama-2-7B), 35b (CodeLlama-34B).
+    #[arg(long, default_value = "tiny")]
+    preset: String,
+    /// Layers [default: 2].
+    #[arg(long)]
+    layers: Option<usize>,
+    /// Weight type of every matrix: q4_0, q4_1, q8_0, f16.
+    #[arg(long = "type", default_value = "q4_0")]
+    ty: String,
+    /// Seed of the random weights.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
 }
 
 #[derive(Args)]
@@ -371,6 +433,8 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         }
         Command::Selftest { device, json } => selftest(&device, json),
         Command::Plan(a) => plan(a),
+        Command::Bench(a) => bench(a),
+        Command::Synth(a) => synth(a),
     }
 }
 
@@ -429,6 +493,81 @@ fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
     } else {
         print!("{report}");
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
+    use memwall::bench;
+    let devices = bench::parse_devices(&a.device)?;
+    let opts = bench::BenchOptions {
+        n_prompt: a.n_prompt,
+        n_gen: a.n_gen,
+        reps: a.reps,
+        threads: a.threads,
+        probe: !a.no_probe,
+        probe_bytes: a.probe_mib.saturating_mul(1 << 20),
+        f32_activations: a.f32_activations,
+        ..Default::default()
+    };
+    if a.bandwidth {
+        let probes = bench::run_probes(&opts, &devices)?;
+        if a.json {
+            let obj = serde_json::json!({"schema": bench::SCHEMA, "probes": probes});
+            println!("{obj}");
+        } else {
+            print!("{}", bench::report::probes_table(&probes));
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let path = a.model.unwrap_or_else(memwall::engine::default_model_path);
+    let tty = !a.json && std::io::stderr().is_terminal();
+    let report = bench::run_bench(&path, &opts, &devices, |c| {
+        if tty {
+            eprintln!(
+                "{}: decode {:.2} t/s, prefill {:.1} t/s",
+                c.device_name, c.decode_tps.mean, c.prefill_tps.mean
+            );
+        }
+    })?;
+    if a.json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        println!("{}", bench::report::header(&report));
+        print!("{}", bench::report::table(&report));
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {
+    use memwall::bench::synth;
+    let opts = synth::SynthOptions::new(
+        synth::Preset::parse(&a.preset)?,
+        a.layers,
+        synth::parse_type(&a.ty)?,
+        a.seed,
+    );
+    let tty = std::io::stderr().is_terminal();
+    let r = synth::write_synth(&a.output, &opts, &mut |done, total| {
+        if tty {
+            eprint!("\r{} / {} MiB", done >> 20, total >> 20);
+        }
+    })?;
+    if tty {
+        eprintln!();
+    }
+    println!(
+        "wrote {}: {} layers, n_embd {}, n_ff {}, heads {}/{}, vocab {}, {} ({} parameters, {} bytes)",
+        a.output.display(),
+        r.shape.n_layer,
+        r.shape.n_embd,
+        r.shape.n_ff,
+        r.shape.n_head,
+        r.shape.n_head_kv,
+        r.shape.n_vocab,
+        r.ty,
+        r.n_params,
+        r.file_bytes
+    );
     Ok(ExitCode::SUCCESS)
 }
 

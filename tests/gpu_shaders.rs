@@ -174,6 +174,7 @@ fn all_lists_every_variant_once() {
         KernelKey::KvStore,
         KernelKey::AttentionPrefill,
         KernelKey::QuantizeAct,
+        KernelKey::BandwidthProbe,
     ] {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
@@ -209,7 +210,8 @@ fn all_lists_every_variant_once() {
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
-            | KernelKey::MatvecQ8Rows { .. } => {}
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::BandwidthProbe => {}
         }
     }
     assert_eq!(set, want);

@@ -77,6 +77,9 @@ pub struct GpuBackend {
     qd: wgpu::Buffer,
     /// Slots for blocks that run here without resident weights (see `gpu::stream`).
     stream: Option<StreamRing>,
+    /// Bytes of every buffer this session allocated (KV cache, scratch, activations,
+    /// readback staging, uniform ring); the weights are the model's (`GpuModel::weight_bytes`).
+    allocated: u64,
 }
 
 fn kv_layer(m: &GpuModel, l: usize, bytes: u64) -> Result<KvLayer> {
@@ -146,7 +149,16 @@ impl GpuBackend {
         let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
         let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;
+        let allocated = kv
+            .iter()
+            .flatten()
+            .flat_map(|l| [&l.k, &l.v])
+            .chain([&att_scratch, &ids, &argmax_out, &qx, &qd])
+            .map(|b| b.size())
+            .sum::<u64>()
+            + rec.ring_bytes();
         Ok(GpuBackend {
+            allocated,
             qx,
             qd,
             m,
@@ -167,9 +179,11 @@ impl GpuBackend {
     pub fn enable_streaming(&mut self, gguf: Arc<Gguf>) -> Result<()> {
         if self.stream.is_none() {
             let m = Arc::clone(&self.m);
-            self.stream = Some(m.ctx.scoped("layer streaming slots", || {
+            let ring = m.ctx.scoped("layer streaming slots", || {
                 StreamRing::new(&m.ctx, gguf, m.max_binding_bytes)
-            })?);
+            })?;
+            self.allocated += ring.bytes;
+            self.stream = Some(ring);
         }
         Ok(())
     }
@@ -217,6 +231,12 @@ impl GpuBackend {
         &self.m
     }
 
+    /// Bytes of GPU buffers this session allocated so far: KV cache, scratch, activations,
+    /// readback staging and the uniform ring (the weights are `model().weight_bytes`).
+    pub fn allocated_bytes(&self) -> u64 {
+        self.allocated
+    }
+
     /// Per-kernel timings when `MEMWALL_GPU_PROFILE=1` (see [`Recorder`]).
     pub fn profile_report(&self) -> Option<String> {
         self.rec.profile_report()
@@ -249,6 +269,9 @@ impl GpuBackend {
         }
         let need_new = self.staging.as_ref().is_none_or(|s| s.size() < bytes);
         if need_new {
+            // The old staging buffer is dropped: count the live one only.
+            let old = self.staging.as_ref().map_or(0, |s| s.size());
+            self.allocated = self.allocated.saturating_sub(old) + bytes;
             // Grown once to the largest read (the logits); not in the steady-state loop.
             self.staging = Some(ctx.scoped("readback buffer", || {
                 Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
@@ -358,6 +381,7 @@ impl Backend for GpuBackend {
 
     fn alloc(&mut self, len: usize) -> Result<GpuAct> {
         let bytes = (len as u64).saturating_mul(4);
+        self.allocated += bytes.max(4);
         Ok(GpuAct {
             buf: storage(&self.m, "activation", bytes)?,
             len,
@@ -594,6 +618,7 @@ impl Backend for GpuBackend {
         }
         if self.kv[layer].is_none() {
             self.kv[layer] = Some(kv_layer(&self.m, layer, kv_bytes)?);
+            self.allocated += 2 * kv_bytes;
         }
         // Recorded work must see the old contents: submit it before the queue writes.
         self.rec.flush(&self.m.ctx)?;
@@ -612,7 +637,8 @@ impl Backend for GpuBackend {
 
     fn drop_kv(&mut self, layer: usize) {
         if let Some(slot) = self.kv.get_mut(layer) {
-            if slot.take().is_some() {
+            if let Some(old) = slot.take() {
+                self.allocated = self.allocated.saturating_sub(old.k.size() + old.v.size());
                 // Cached bind groups name the freed buffers and would keep them alive; they
                 // are rebuilt on next use (a migration is between tokens, not in the loop).
                 if self.rec.flush(&self.m.ctx).is_ok() {

@@ -16,6 +16,7 @@
 //!   token loop.
 //! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
 //! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
+//! - [`probe`]: the memory bandwidth probe `memwall bench` measures the floor with.
 //! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
 
 pub mod attention;
@@ -24,6 +25,7 @@ pub mod device;
 pub mod kernels;
 pub mod matmul;
 pub mod ops;
+pub mod probe;
 pub mod q8act;
 pub mod recorder;
 pub mod repack;

@@ -52,6 +52,11 @@ pub struct Recorder {
 }
 
 impl Recorder {
+    /// Bytes of the uniform ring.
+    pub fn ring_bytes(&self) -> u64 {
+        self.ring.size()
+    }
+
     pub fn new(ctx: &GpuContext) -> Result<Recorder> {
         let ring = ctx.scoped("uniform ring", || {
             Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {

@@ -61,6 +61,7 @@ const KV_STORE: &str = include_str!("../../shaders/kv_store.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
 const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
 const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
+const BANDWIDTH: &str = include_str!("../../shaders/bandwidth.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
@@ -226,6 +227,9 @@ pub enum KernelKey {
     /// `shaders/matvec_q8_rows.wgsl`: `MatvecQ8` with one invocation per row, no reduction or
     /// barrier (for CPU-like adapters, as `MatvecRows`).
     MatvecQ8Rows { ty: WeightFormat },
+    /// `shaders/bandwidth.wgsl`: the memory bandwidth probe of `memwall bench` (reads a large
+    /// buffer, writes a partial sum per workgroup; workgroup-memory reduction only).
+    BandwidthProbe,
 }
 
 impl KernelKey {
@@ -262,6 +266,7 @@ impl KernelKey {
             KernelKey::KvStore,
             KernelKey::AttentionPrefill,
             KernelKey::QuantizeAct,
+            KernelKey::BandwidthProbe,
         ]);
         for f16 in [false, true] {
             for ty in WeightFormat::ALL {
@@ -297,7 +302,8 @@ impl KernelKey {
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
-            | KernelKey::MatvecQ8Rows { .. } => false,
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::BandwidthProbe => false,
         }
     }
 
@@ -324,7 +330,8 @@ impl KernelKey {
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
-            | KernelKey::MatvecQ8Rows { .. } => false,
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::BandwidthProbe => false,
         }
     }
 
@@ -362,7 +369,7 @@ impl KernelKey {
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::MatvecQ8Rows { .. } => false,
-            KernelKey::QuantizeAct => false,
+            KernelKey::QuantizeAct | KernelKey::BandwidthProbe => false,
         }
     }
 
@@ -399,6 +406,7 @@ impl KernelKey {
             KernelKey::MatvecQ8Rows { ty } => {
                 format!("matvec_q8_rows_{}", ty.ggml().name().to_lowercase())
             }
+            KernelKey::BandwidthProbe => "bandwidth_probe".into(),
         }
     }
 
@@ -435,6 +443,7 @@ impl KernelKey {
             KernelKey::QuantizeAct => vec![QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, .. } => vec![reduce, ty.fragment(), MATVEC_Q8],
             KernelKey::MatvecQ8Rows { ty } => vec![ty.fragment(), MATVEC_Q8_ROWS],
+            KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
         };
         parts.join("\n")
     }
@@ -598,6 +607,20 @@ pub struct AttentionParams {
     pub groups_x: u32,
     pub pad0: u32,
     pub pad1: u32,
+}
+
+/// Uniform parameters of `shaders/bandwidth.wgsl` (`struct ProbeParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct ProbeParams {
+    /// vec4s in the source buffer
+    pub n_vec4: u32,
+    /// workgroups that read (one output each)
+    pub n_groups: u32,
+    /// vec4s each invocation reads at most: ceil(n_vec4 / (n_groups * WG))
+    pub per_thread: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
 }
 
 /// Uniform parameters of `shaders/quantize_act.wgsl` (`struct QuantizeActParams`).

@@ -12,6 +12,7 @@
 mod checks;
 mod checks_attention;
 mod checks_prefill;
+mod checks_probe;
 mod checks_q8;
 
 use std::collections::HashMap;
@@ -86,6 +87,7 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
         KernelKey::AttentionCombine { .. } => ("attention_combine", reduction.to_string()),
         KernelKey::AttentionPrefill => ("attention_prefill", "-".into()),
+        KernelKey::BandwidthProbe => ("bandwidth_probe", "-".into()),
     };
     (kernel.to_string(), variant)
 }
@@ -304,6 +306,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::QuantizeAct => checks_q8::quantize_act(ctx, ks, key),
         KernelKey::MatvecQ8 { ty, .. } => checks_q8::matvec_q8(ctx, ks, key, ty, false),
         KernelKey::MatvecQ8Rows { ty } => checks_q8::matvec_q8(ctx, ks, key, ty, true),
+        KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
     }
 }
 

@@ -1,0 +1,498 @@
+//! `memwall bench`: prefill and decode speed per device configuration, in the manner of
+//! llama-bench, with what the memory wall predicts next to it.
+//!
+//! For each configuration (a `--device` item), from a cold start of that configuration:
+//! 1. the model is loaded (`Model::load`, GPU upload and pipeline creation included), a session
+//!    made, and a synthetic prompt of `n_prompt` ids evaluated: the time from the start of the
+//!    load to the first token is `ttft_ms`;
+//! 2. `n_gen` tokens are decoded one at a time (greedy, `Session::eval_argmax`): together with
+//!    step 1 this is the warm-up repetition, not counted;
+//! 3. `reps` repetitions each reset the session, prefill the prompt (timed: prefill tokens/s)
+//!    and decode `n_gen` tokens (timed: decode tokens/s). Every timed step ends with a token id
+//!    read back, so the device is synchronized before the clock stops.
+//!
+//! Decode moves, per token, every weight matrix once ([`Model::weight_bytes_per_token`]) plus
+//! the KV cache read at the mean context (K and V, f32, every layer); `achieved_gbs` is that
+//! times the mean decode tokens/s, and `fraction_of_probe` divides it by the device's measured
+//! read bandwidth ([`bandwidth`]).
+//!
+//! # JSON schema (`memwall bench --json`, `schema` = `"memwall.bench/1"`)
+//!
+//! ```text
+//! {
+//!   "schema": "memwall.bench/1",
+//!   "model": { "path": str, "arch": str, "n_layer": int, "n_embd": int, "n_vocab": int,
+//!              "file_bytes": int, "weight_bytes_per_token": int, "kv_bytes_per_position": int },
+//!   "n_prompt": int, "n_gen": int, "reps": int,
+//!   "configs": [ {
+//!     "device": str,                 // the --device item, as given
+//!     "device_name": str,            // "cpu" or "gpu:<adapter> (<backend>)"
+//!     "threads": int | null,         // CPU worker threads (null on a GPU)
+//!     "load_ms": float, "ttft_ms": float,
+//!     "prefill_tps": Stat, "decode_tps": Stat,
+//!     "mean_ctx": float,             // mean KV positions read per decoded token
+//!     "bytes_per_token": { "weights": int, "kv": int, "total": int },
+//!     "achieved_gbs": float,         // bytes_per_token.total * decode_tps.mean / 1e9
+//!     "memory": { "peak_rss_bytes": int | null, "mapped_weight_bytes": int,
+//!                 "kv_bytes": int, "gpu_weight_bytes": int | null,
+//!                 "gpu_session_bytes": int | null, "gpu_total_bytes": int | null },
+//!     "probe": Probe | null,
+//!     "fraction_of_probe": float | null   // achieved_gbs / probe.read_gbs
+//!   } ]
+//! }
+//! Stat  = { "mean": float, "sd": float, "median": float, "min": float, "max": float,
+//!           "samples": [float] }          // sd: sample standard deviation (0 for one sample)
+//! Probe = { "device": str, "read_gbs": float, "triad_gbs": float | null, "bytes": int,
+//!           "runs": int, "threads": int | null, "method": str }
+//! ```
+//!
+//! `memwall bench --bandwidth --json` prints `{"schema": "memwall.bench/1", "probes": [Probe]}`.
+//! GB/s are 1e9 bytes per second. `peak_rss_bytes` is the process's VmHWM, reset at the start of
+//! each configuration where the kernel allows it (`/proc/self/clear_refs`), so it covers that
+//! configuration's load and runs; it includes the pages of the weight map that were touched.
+//! `gpu_session_bytes` counts the buffers the session allocated (KV cache, scratch,
+//! activations, readback staging, uniform ring); `gpu_weight_bytes` the resident weights.
+
+pub mod bandwidth;
+pub mod report;
+pub mod synth;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use crate::engine::{DeviceChoice, LoadOptions, Model, Session};
+use crate::error::{Error, Result};
+use bandwidth::ProbeResult;
+
+/// The `schema` field of the JSON output.
+pub const SCHEMA: &str = "memwall.bench/1";
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    /// Prompt tokens (`-p`).
+    pub n_prompt: usize,
+    /// Decoded tokens per repetition (`-n`).
+    pub n_gen: usize,
+    /// Timed repetitions after the warm-up (`-r`).
+    pub reps: usize,
+    /// CPU worker threads (None: every core).
+    pub threads: Option<usize>,
+    /// Run the bandwidth probe of each configuration's device.
+    pub probe: bool,
+    /// Bytes per probe array (CPU) or buffer (GPU, capped by the binding limit).
+    pub probe_bytes: u64,
+    /// Timed probe runs (the best counts).
+    pub probe_runs: usize,
+    /// f32 matmul activations (see `LoadOptions::f32_activations`).
+    pub f32_activations: bool,
+    /// Seed of the synthetic prompt.
+    pub seed: u64,
+}
+
+impl Default for BenchOptions {
+    fn default() -> Self {
+        BenchOptions {
+            n_prompt: 128,
+            n_gen: 64,
+            reps: 5,
+            threads: None,
+            probe: true,
+            probe_bytes: 256 << 20,
+            probe_runs: 5,
+            f32_activations: false,
+            seed: 0x006d_656d_7761_6c6c,
+        }
+    }
+}
+
+/// Parses a comma list of devices (`cpu,gpu`), each item as `DeviceChoice::parse` accepts.
+pub fn parse_devices(list: &str) -> Result<Vec<(String, DeviceChoice)>> {
+    let items: Vec<&str> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    if items.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "no device in {list:?} (e.g. cpu,gpu)"
+        )));
+    }
+    items
+        .into_iter()
+        .map(|s| Ok((s.to_string(), DeviceChoice::parse(s)?)))
+        .collect()
+}
+
+/// Summary statistics of repeated measurements.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Stat {
+    pub mean: f64,
+    /// Sample standard deviation (n - 1 in the denominator; 0 for one sample).
+    pub sd: f64,
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+    pub samples: Vec<f64>,
+}
+
+impl Stat {
+    pub fn new(samples: Vec<f64>) -> Stat {
+        let n = samples.len();
+        if n == 0 {
+            return Stat {
+                mean: 0.0,
+                sd: 0.0,
+                median: 0.0,
+                min: 0.0,
+                max: 0.0,
+                samples,
+            };
+        }
+        let mean = samples.iter().sum::<f64>() / n as f64;
+        let var = if n > 1 {
+            samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
+        } else {
+            0.0
+        };
+        let mut sorted = samples.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = if n % 2 == 1 {
+            sorted[n / 2]
+        } else {
+            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
+        };
+        Stat {
+            mean,
+            sd: var.sqrt(),
+            median,
+            min: sorted[0],
+            max: sorted[n - 1],
+            samples,
+        }
+    }
+}
+
+/// The model a report is about.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ModelSummary {
+    pub path: String,
+    pub arch: String,
+    pub n_layer: usize,
+    pub n_embd: usize,
+    pub n_vocab: usize,
+    pub file_bytes: u64,
+    pub weight_bytes_per_token: u64,
+    /// KV cache bytes per position: K and V, f32, every layer.
+    pub kv_bytes_per_position: u64,
+}
+
+/// Bytes one decoded token must move.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct BytesPerToken {
+    pub weights: u64,
+    /// The KV cache read at the mean context.
+    pub kv: u64,
+    pub total: u64,
+}
+
+/// Memory a configuration used.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Memory {
+    /// The process's peak resident set (VmHWM), when /proc has it.
+    pub peak_rss_bytes: Option<u64>,
+    /// Bytes of tensor data in the mapped GGUF file.
+    pub mapped_weight_bytes: u64,
+    /// The session's KV cache.
+    pub kv_bytes: u64,
+    pub gpu_weight_bytes: Option<u64>,
+    pub gpu_session_bytes: Option<u64>,
+    pub gpu_total_bytes: Option<u64>,
+}
+
+/// One configuration's results.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ConfigResult {
+    pub device: String,
+    pub device_name: String,
+    pub threads: Option<usize>,
+    pub load_ms: f64,
+    pub ttft_ms: f64,
+    pub prefill_tps: Stat,
+    pub decode_tps: Stat,
+    pub mean_ctx: f64,
+    pub bytes_per_token: BytesPerToken,
+    pub achieved_gbs: f64,
+    pub memory: Memory,
+    pub probe: Option<ProbeResult>,
+    pub fraction_of_probe: Option<f64>,
+}
+
+/// What `memwall bench` prints.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BenchReport {
+    pub schema: &'static str,
+    pub model: ModelSummary,
+    pub n_prompt: usize,
+    pub n_gen: usize,
+    pub reps: usize,
+    pub configs: Vec<ConfigResult>,
+}
+
+/// `n` pseudo-random token ids below `n_vocab`, the same for a given seed (llama-bench also
+/// benchmarks on random ids: speed does not depend on which tokens they are).
+pub fn synthetic_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut s = seed | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            (s % n_vocab.max(1) as u64) as u32
+        })
+        .collect()
+}
+
+/// The engine's CPU thread count for `threads` (what rayon's default pool takes).
+pub fn engine_threads(threads: Option<usize>) -> usize {
+    threads.unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
+/// A field of /proc/self/status in bytes (e.g. `VmHWM`), when the system has one.
+pub fn proc_status_bytes(field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = s.lines().find(|l| l.starts_with(field))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
+}
+
+/// Resets the peak RSS (VmHWM) to the current RSS where Linux allows it.
+fn reset_peak_rss() {
+    // Best effort: an old kernel or a sandbox without /proc leaves the process-wide peak.
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Decodes `n` tokens greedily after `first`, one at a time.
+fn decode(s: &mut Session, first: u32, n: usize) -> Result<()> {
+    let mut tok = first;
+    for _ in 0..n {
+        tok = s.eval_argmax(&[tok])?;
+    }
+    Ok(())
+}
+
+fn check_options(o: &BenchOptions) -> Result<()> {
+    if o.n_prompt == 0 || o.n_gen == 0 || o.reps == 0 {
+        return Err(Error::InvalidArgument(format!(
+            "bench needs at least 1 prompt token, 1 generated token and 1 repetition (got -p \
+             {} -n {} -r {})",
+            o.n_prompt, o.n_gen, o.reps
+        )));
+    }
+    Ok(())
+}
+
+/// Benchmarks the model at `path` on each of `devices`, calling `on_config` as each finishes.
+pub fn run_bench(
+    path: &Path,
+    o: &BenchOptions,
+    devices: &[(String, DeviceChoice)],
+    mut on_config: impl FnMut(&ConfigResult),
+) -> Result<BenchReport> {
+    check_options(o)?;
+    let mut configs = Vec::with_capacity(devices.len());
+    let mut summary = None;
+    for (item, choice) in devices {
+        let (c, m) = run_config(path, o, item, choice)?;
+        on_config(&c);
+        configs.push(c);
+        summary.get_or_insert(m);
+    }
+    let model =
+        summary.ok_or_else(|| Error::InvalidArgument("bench needs at least one device".into()))?;
+    Ok(BenchReport {
+        schema: SCHEMA,
+        model,
+        n_prompt: o.n_prompt,
+        n_gen: o.n_gen,
+        reps: o.reps,
+        configs,
+    })
+}
+
+fn run_config(
+    path: &Path,
+    o: &BenchOptions,
+    item: &str,
+    choice: &DeviceChoice,
+) -> Result<(ConfigResult, ModelSummary)> {
+    reset_peak_rss();
+    let opts = LoadOptions {
+        threads: o.threads,
+        device: choice.clone(),
+        f32_activations: o.f32_activations,
+        ..Default::default()
+    };
+    let t0 = Instant::now();
+    let model = Arc::new(Model::load(path, &opts)?);
+    let load_ms = t0.elapsed().as_secs_f64() * 1e3;
+    let cfg = model.config().clone();
+    let n_ctx = o.n_prompt + o.n_gen;
+    let mut s = model.session(n_ctx)?;
+    let prompt = synthetic_prompt(o.n_prompt, cfg.n_vocab, o.seed);
+    let first = s.eval_argmax(&prompt)?;
+    let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
+    decode(&mut s, first, o.n_gen)?;
+
+    let (mut pp, mut tg) = (Vec::with_capacity(o.reps), Vec::with_capacity(o.reps));
+    for _ in 0..o.reps {
+        s.reset();
+        let t = Instant::now();
+        let first = s.eval_argmax(&prompt)?;
+        pp.push(o.n_prompt as f64 / t.elapsed().as_secs_f64().max(1e-12));
+        let t = Instant::now();
+        decode(&mut s, first, o.n_gen)?;
+        tg.push(o.n_gen as f64 / t.elapsed().as_secs_f64().max(1e-12));
+    }
+    let (prefill_tps, decode_tps) = (Stat::new(pp), Stat::new(tg));
+
+    let kv_per_pos = 2 * cfg.n_layer as u64 * cfg.kv_dim() as u64 * 4;
+    // Decode step i (0-based) evaluates position n_prompt + i and reads n_prompt + i + 1
+    // positions of K and V: the mean over the steps.
+    let mean_ctx = o.n_prompt as f64 + (o.n_gen as f64 + 1.0) / 2.0;
+    let weights = model.weight_bytes_per_token();
+    let kv = (kv_per_pos as f64 * mean_ctx).round() as u64;
+    let bytes_per_token = BytesPerToken {
+        weights,
+        kv,
+        total: weights + kv,
+    };
+    let achieved_gbs = bytes_per_token.total as f64 * decode_tps.mean / 1e9;
+
+    let gpu = model.gpu().cloned();
+    let gpu_session = s.gpu_backend().map(|b| b.allocated_bytes());
+    let gpu_weights = gpu.as_ref().map(|g| g.weight_bytes);
+    let memory = Memory {
+        peak_rss_bytes: proc_status_bytes("VmHWM"),
+        mapped_weight_bytes: model.gguf().tensors().iter().map(|t| t.n_bytes).sum(),
+        kv_bytes: kv_per_pos * n_ctx as u64,
+        gpu_weight_bytes: gpu_weights,
+        gpu_session_bytes: gpu_session,
+        gpu_total_bytes: gpu_weights.zip(gpu_session).map(|(w, s)| w + s),
+    };
+    drop(s);
+    let threads = gpu.is_none().then(|| engine_threads(o.threads));
+    let probe = if !o.probe {
+        None
+    } else if let Some(g) = &gpu {
+        Some(bandwidth::gpu_probe(
+            &g.ctx,
+            &g.kernels,
+            o.probe_bytes,
+            o.probe_runs,
+        )?)
+    } else {
+        Some(bandwidth::cpu_probe(
+            o.probe_bytes,
+            engine_threads(o.threads),
+            o.probe_runs,
+        )?)
+    };
+    let fraction_of_probe = probe.as_ref().map(|p| achieved_gbs / p.read_gbs.max(1e-12));
+    let summary = ModelSummary {
+        path: path.display().to_string(),
+        arch: cfg.arch.clone(),
+        n_layer: cfg.n_layer,
+        n_embd: cfg.n_embd,
+        n_vocab: cfg.n_vocab,
+        file_bytes: model.gguf().file_len(),
+        weight_bytes_per_token: weights,
+        kv_bytes_per_position: kv_per_pos,
+    };
+    let result = ConfigResult {
+        device: item.to_string(),
+        device_name: model.device_name(),
+        threads,
+        load_ms,
+        ttft_ms,
+        prefill_tps,
+        decode_tps,
+        mean_ctx,
+        bytes_per_token,
+        achieved_gbs,
+        memory,
+        probe,
+        fraction_of_probe,
+    };
+    Ok((result, summary))
+}
+
+/// The bandwidth probes alone (`memwall bench --bandwidth`): one per device item (`auto`
+/// probes the GPU `auto` would pick, else the CPU).
+pub fn run_probes(
+    o: &BenchOptions,
+    devices: &[(String, DeviceChoice)],
+) -> Result<Vec<ProbeResult>> {
+    let mut out = Vec::with_capacity(devices.len());
+    for (_, choice) in devices {
+        let sel = match choice {
+            DeviceChoice::Cpu => None,
+            DeviceChoice::Gpu(sel) => Some(sel.clone()),
+            DeviceChoice::Auto => crate::gpu::list_adapters()
+                .iter()
+                .find(|r| {
+                    matches!(
+                        r.device_type.as_str(),
+                        "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu"
+                    )
+                })
+                .map(|r| crate::gpu::DeviceSelector::Index(r.index)),
+        };
+        out.push(match sel {
+            None => bandwidth::cpu_probe(o.probe_bytes, engine_threads(o.threads), o.probe_runs)?,
+            Some(sel) => {
+                let ctx = crate::gpu::GpuContext::new(&sel)?;
+                let ks = crate::gpu::Kernels::new(&ctx)?;
+                bandwidth::gpu_probe(&ctx, &ks, o.probe_bytes, o.probe_runs)?
+            }
+        });
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_matches_hand_computed_values() {
+        let s = Stat::new(vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
+        assert_eq!(s.mean, 5.0);
+        // Sum of squared deviations 32 over n - 1 = 7.
+        assert!((s.sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
+        assert_eq!((s.median, s.min, s.max), (4.5, 2.0, 9.0));
+        assert_eq!(Stat::new(vec![3.0]).sd, 0.0);
+    }
+
+    #[test]
+    fn prompt_ids_are_valid_and_reproducible() {
+        let a = synthetic_prompt(500, 77, 9);
+        assert!(a.iter().all(|&t| t < 77));
+        assert_eq!(a, synthetic_prompt(500, 77, 9));
+        assert!(a.iter().collect::<std::collections::HashSet<_>>().len() > 50);
+    }
+
+    #[test]
+    fn device_lists_parse() {
+        let d = parse_devices("cpu, gpu").unwrap();
+        assert_eq!(d.len(), 2);
+        assert_eq!(d[0].1, DeviceChoice::Cpu);
+        assert!(matches!(d[1].1, DeviceChoice::Gpu(_)));
+        assert!(parse_devices(" , ").is_err());
+    }
+}

@@ -1,0 +1,459 @@
+//! Synthetic llama-architecture models: random weights at the layer widths of real 1B, 7B and
+//! 35B-class models (or a tiny one for tests), with fewer layers, so benchmarks and the
+//! layer-streaming path run at real layer sizes without downloading a model.
+//!
+//! The file is written tensor by tensor (the header first, then each tensor's data generated,
+//! quantized with kernels-ref and written), so a 35B-class layer (~400 MB at 4 bits) is the
+//! most memory the writer holds. The vocabulary is a byte-level GPT-2 BPE: the 256 byte
+//! tokens, merges of lower-case letter pairs while the vocabulary has room, filler tokens, and
+//! `<|endoftext|>` last (end of generation).
+
+use std::io::Write;
+use std::path::Path;
+
+use kernels_ref::GgmlType;
+use rayon::prelude::*;
+
+use crate::error::{Error, Result};
+use crate::gguf::{Value, ValueType, DEFAULT_ALIGNMENT, GGUF_MAGIC};
+use crate::gguf_writer::{put_str, put_u32, put_u64, put_value, GgufWriter};
+
+/// A model shape.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SynthShape {
+    pub n_embd: usize,
+    pub n_ff: usize,
+    pub n_head: usize,
+    pub n_head_kv: usize,
+    pub n_vocab: usize,
+    pub n_layer: usize,
+    pub n_ctx: usize,
+    /// No `output.weight`: the embedding table doubles as the output head.
+    pub tied: bool,
+}
+
+/// The shapes `memwall synth --preset` offers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Preset {
+    /// A few-MB model for tests.
+    Tiny,
+    /// Llama-3.2-1B's widths (GQA 32/8, vocabulary 128256, tied embeddings).
+    B1,
+    /// Llama-2-7B's widths (32 heads, no GQA, vocabulary 32000).
+    B7,
+    /// CodeLlama-34B's widths (GQA 64/8, feed-forward 22016, vocabulary 32000).
+    B35,
+}
+
+impl Preset {
+    /// Parses `tiny|1b|7b|35b`.
+    pub fn parse(s: &str) -> Result<Preset> {
+        match s.trim().to_lowercase().as_str() {
+            "tiny" => Ok(Preset::Tiny),
+            "1b" => Ok(Preset::B1),
+            "7b" => Ok(Preset::B7),
+            "35b" | "34b" => Ok(Preset::B35),
+            other => Err(Error::InvalidArgument(format!(
+                "unknown preset {other:?} (tiny, 1b, 7b, 35b)"
+            ))),
+        }
+    }
+
+    /// The preset's widths with two layers (the real models have 16 to 48).
+    pub fn shape(self) -> SynthShape {
+        let s = |n_embd, n_ff, n_head, n_head_kv, n_vocab, tied| SynthShape {
+            n_embd,
+            n_ff,
+            n_head,
+            n_head_kv,
+            n_vocab,
+            n_layer: 2,
+            n_ctx: 4096,
+            tied,
+        };
+        match self {
+            Preset::Tiny => s(128, 384, 4, 2, 512, true),
+            Preset::B1 => s(2048, 8192, 32, 8, 128_256, true),
+            Preset::B7 => s(4096, 11008, 32, 32, 32_000, false),
+            Preset::B35 => s(8192, 22016, 64, 8, 32_000, false),
+        }
+    }
+}
+
+/// Parses the weight types `synth` writes: `q4_0|q4_1|q8_0|f16`.
+pub fn parse_type(s: &str) -> Result<GgmlType> {
+    match s.trim().to_lowercase().as_str() {
+        "q4_0" => Ok(GgmlType::Q4_0),
+        "q4_1" => Ok(GgmlType::Q4_1),
+        "q8_0" => Ok(GgmlType::Q8_0),
+        "f16" => Ok(GgmlType::F16),
+        other => Err(Error::InvalidArgument(format!(
+            "weight type {other:?} is not one synth writes (q4_0, q4_1, q8_0, f16)"
+        ))),
+    }
+}
+
+/// What to write.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SynthOptions {
+    pub shape: SynthShape,
+    /// Type of every matrix (embedding and output head included); norms are F32.
+    pub ty: GgmlType,
+    pub seed: u64,
+}
+
+impl SynthOptions {
+    /// `preset`'s shape with `n_layer` layers (None: 2).
+    pub fn new(preset: Preset, n_layer: Option<usize>, ty: GgmlType, seed: u64) -> SynthOptions {
+        let mut shape = preset.shape();
+        if let Some(n) = n_layer {
+            shape.n_layer = n;
+        }
+        SynthOptions { shape, ty, seed }
+    }
+}
+
+/// What `write_synth` wrote.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SynthReport {
+    pub shape: SynthShape,
+    pub ty: String,
+    pub n_params: u64,
+    pub file_bytes: u64,
+}
+
+/// One tensor of the model, before its data exists.
+#[derive(Debug, Clone, PartialEq)]
+struct Spec {
+    name: String,
+    ty: GgmlType,
+    /// dims[0] is the row length.
+    dims: Vec<u64>,
+    kind: Fill,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Fill {
+    /// Uniform in [-a, a] with a = scale (a matrix row of `cols` has outputs of std ~0.6).
+    Matrix { scale: f32 },
+    /// 1 + small noise (a norm weight).
+    Norm,
+}
+
+impl Spec {
+    fn n_elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+    fn n_bytes(&self) -> Result<u64> {
+        self.ty.row_bytes(self.n_elements()).ok_or_else(|| {
+            Error::InvalidArgument(format!("{}: {:?} overflows", self.name, self.dims))
+        })
+    }
+}
+
+fn check(o: &SynthOptions) -> Result<()> {
+    let s = &o.shape;
+    let bad = |m: String| Err(Error::InvalidArgument(m));
+    if s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_vocab < 258 {
+        return bad(format!("unusable synthetic shape {s:?}"));
+    }
+    if !s.n_embd.is_multiple_of(s.n_head) || !s.n_head.is_multiple_of(s.n_head_kv) {
+        return bad(format!("heads do not divide the widths in {s:?}"));
+    }
+    let blk = o.ty.block_size();
+    if !s.n_embd.is_multiple_of(blk) || !s.n_ff.is_multiple_of(blk) {
+        return bad(format!("widths of {s:?} are not whole {} blocks", o.ty));
+    }
+    if s.n_vocab > u32::MAX as usize {
+        return bad(format!("vocabulary of {}", s.n_vocab));
+    }
+    Ok(())
+}
+
+fn specs(o: &SynthOptions) -> Vec<Spec> {
+    let s = &o.shape;
+    let head_dim = s.n_embd / s.n_head;
+    let (q, kv) = (s.n_embd, s.n_head_kv * head_dim);
+    let mat = |name: String, rows: usize, cols: usize| Spec {
+        name,
+        ty: o.ty,
+        dims: vec![cols as u64, rows as u64],
+        // Uniform [-a, a] has variance a²/3: a row dot a unit-RMS input has std ~0.6.
+        kind: Fill::Matrix {
+            scale: 1.0 / (cols as f32).sqrt(),
+        },
+    };
+    let norm = |name: String| Spec {
+        name,
+        ty: GgmlType::F32,
+        dims: vec![s.n_embd as u64],
+        kind: Fill::Norm,
+    };
+    let mut v = vec![
+        Spec {
+            kind: Fill::Matrix { scale: 1.0 },
+            ..mat("token_embd.weight".into(), s.n_vocab, s.n_embd)
+        },
+        norm("output_norm.weight".into()),
+    ];
+    if !s.tied {
+        v.push(mat("output.weight".into(), s.n_vocab, s.n_embd));
+    }
+    for l in 0..s.n_layer {
+        let p = |t: &str| format!("blk.{l}.{t}");
+        v.push(norm(p("attn_norm.weight")));
+        v.push(mat(p("attn_q.weight"), q, s.n_embd));
+        v.push(mat(p("attn_k.weight"), kv, s.n_embd));
+        v.push(mat(p("attn_v.weight"), kv, s.n_embd));
+        v.push(mat(p("attn_output.weight"), s.n_embd, q));
+        v.push(norm(p("ffn_norm.weight")));
+        v.push(mat(p("ffn_gate.weight"), s.n_ff, s.n_embd));
+        v.push(mat(p("ffn_up.weight"), s.n_ff, s.n_embd));
+        v.push(mat(p("ffn_down.weight"), s.n_embd, s.n_ff));
+    }
+    v
+}
+
+/// The byte-level vocabulary: GPT-2's byte-to-unicode map for the 256 bytes.
+fn byte_tokens() -> Vec<String> {
+    let printable = |b: u32| {
+        (0x21..=0x7e).contains(&b) || (0xa1..=0xac).contains(&b) || (0xae..=0xff).contains(&b)
+    };
+    let mut extra = 0;
+    (0u32..256)
+        .map(|b| {
+            let c = if printable(b) {
+                b
+            } else {
+                extra += 1;
+                255 + extra
+            };
+            char::from_u32(c).map_or_else(|| format!("[byte{b}]"), |c| c.to_string())
+        })
+        .collect()
+}
+
+fn metadata(o: &SynthOptions) -> Vec<(String, Value)> {
+    let s = &o.shape;
+    let n = s.n_vocab;
+    let eos = (n - 1) as u32;
+    let mut tokens = byte_tokens();
+    let mut merges = Vec::new();
+    'outer: for a in 'a'..='z' {
+        for b in 'a'..='z' {
+            if tokens.len() + 1 >= n {
+                break 'outer;
+            }
+            merges.push(Value::String(format!("{a} {b}")));
+            tokens.push(format!("{a}{b}"));
+        }
+    }
+    while tokens.len() + 1 < n {
+        tokens.push(format!("[synth{}]", tokens.len()));
+    }
+    tokens.push("<|endoftext|>".into());
+    let mut types = vec![Value::I32(1); n - 1];
+    types.push(Value::I32(3));
+    let a = |k: &str| format!("llama.{k}");
+    let u = |v: usize| Value::U32(v as u32);
+    vec![
+        ("general.architecture".into(), Value::String("llama".into())),
+        (
+            "general.name".into(),
+            Value::String(format!("memwall synthetic {}x{}", s.n_layer, s.n_embd)),
+        ),
+        ("memwall.synthetic.seed".into(), Value::U64(o.seed)),
+        (a("block_count"), u(s.n_layer)),
+        (a("context_length"), u(s.n_ctx)),
+        (a("embedding_length"), u(s.n_embd)),
+        (a("feed_forward_length"), u(s.n_ff)),
+        (a("attention.head_count"), u(s.n_head)),
+        (a("attention.head_count_kv"), u(s.n_head_kv)),
+        (a("attention.layer_norm_rms_epsilon"), Value::F32(1e-5)),
+        (a("rope.freq_base"), Value::F32(10000.0)),
+        ("tokenizer.ggml.model".into(), Value::String("gpt2".into())),
+        ("tokenizer.ggml.pre".into(), Value::String("gpt-2".into())),
+        (
+            "tokenizer.ggml.tokens".into(),
+            Value::Array(
+                ValueType::String,
+                tokens.into_iter().map(Value::String).collect(),
+            ),
+        ),
+        (
+            "tokenizer.ggml.token_type".into(),
+            Value::Array(ValueType::I32, types),
+        ),
+        (
+            "tokenizer.ggml.merges".into(),
+            Value::Array(ValueType::String, merges),
+        ),
+        ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
+        ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
+    ]
+}
+
+/// splitmix64: a seeded stream per chunk, so the data does not depend on the thread count.
+fn splitmix(state: &mut u64) -> u64 {
+    *state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    let mut z = *state;
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Rows generated and quantized per parallel task.
+const ROWS_PER_CHUNK: usize = 64;
+
+/// Tensor `index`'s bytes in ggml layout.
+fn tensor_data(spec: &Spec, index: usize, seed: u64) -> Result<Vec<u8>> {
+    let cols = spec.dims.first().copied().unwrap_or(1) as usize;
+    let rows = (spec.n_elements() / cols.max(1) as u64) as usize;
+    let base = seed ^ (index as u64).wrapping_mul(0xd1b5_4a32_d192_ed03);
+    let chunks: Vec<Result<Vec<u8>>> = (0..rows.div_ceil(ROWS_PER_CHUNK))
+        .into_par_iter()
+        .map(|c| {
+            let mut st = base ^ (c as u64).wrapping_mul(0x2545_f491_4f6c_dd1d);
+            let r0 = c * ROWS_PER_CHUNK;
+            let n = (rows - r0).min(ROWS_PER_CHUNK) * cols;
+            // [n / cols, cols] values of this chunk's rows.
+            let x: Vec<f32> = (0..n)
+                .map(|_| {
+                    // 24 random bits to a uniform value in [-1, 1).
+                    let u = (splitmix(&mut st) >> 40) as f32 / (1u32 << 23) as f32 - 1.0;
+                    match spec.kind {
+                        Fill::Matrix { scale } => u * scale,
+                        Fill::Norm => 1.0 + 0.1 * u,
+                    }
+                })
+                .collect();
+            kernels_ref::quantize(spec.ty, &x).map_err(|e| Error::Tensor {
+                name: spec.name.clone(),
+                msg: e.to_string(),
+            })
+        })
+        .collect();
+    let mut out = Vec::with_capacity(spec.n_bytes()? as usize);
+    for c in chunks {
+        out.extend_from_slice(&c?);
+    }
+    Ok(out)
+}
+
+/// The whole model in memory (for small shapes and tests; `write_synth` streams).
+pub fn synth_writer(o: &SynthOptions) -> Result<GgufWriter> {
+    check(o)?;
+    let mut w = GgufWriter::new();
+    for (k, v) in metadata(o) {
+        w = w.metadata(k, v);
+    }
+    for (i, s) in specs(o).iter().enumerate() {
+        w = w.tensor(s.name.clone(), s.ty, &s.dims, tensor_data(s, i, o.seed)?);
+    }
+    Ok(w)
+}
+
+/// Writes the model to `path` tensor by tensor, reporting (bytes written, total) as it goes.
+/// The image is byte for byte what [`synth_writer`]'s `to_bytes` gives.
+pub fn write_synth(
+    path: impl AsRef<Path>,
+    o: &SynthOptions,
+    progress: &mut dyn FnMut(u64, u64),
+) -> Result<SynthReport> {
+    check(o)?;
+    let path = path.as_ref();
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let specs = specs(o);
+    let meta = metadata(o);
+    let align = DEFAULT_ALIGNMENT;
+    // The header, as GgufWriter lays it out: magic, version, counts, metadata, tensor infos
+    // with offsets rounded up to the alignment, then padding to the data section.
+    let mut head = Vec::new();
+    head.extend_from_slice(&GGUF_MAGIC);
+    put_u32(&mut head, 3);
+    put_u64(&mut head, specs.len() as u64);
+    put_u64(&mut head, meta.len() as u64);
+    for (k, v) in &meta {
+        put_str(&mut head, k);
+        put_u32(&mut head, v.value_type().id());
+        put_value(&mut head, v);
+    }
+    let mut offset = 0u64;
+    let mut sizes = Vec::with_capacity(specs.len());
+    for s in &specs {
+        put_str(&mut head, &s.name);
+        put_u32(&mut head, s.dims.len() as u32);
+        for &d in &s.dims {
+            put_u64(&mut head, d);
+        }
+        put_u32(&mut head, s.ty.id());
+        put_u64(&mut head, offset);
+        let n = s.n_bytes()?;
+        sizes.push(n);
+        offset = (offset + n).div_ceil(align) * align;
+    }
+    let pad = |len: u64| (len.div_ceil(align) * align - len) as usize;
+    head.resize(head.len() + pad(head.len() as u64), 0);
+    let total = head.len() as u64 + offset;
+    let file = std::fs::File::create(path).map_err(io)?;
+    let mut f = std::io::BufWriter::with_capacity(1 << 20, file);
+    f.write_all(&head).map_err(io)?;
+    let mut done = head.len() as u64;
+    let mut n_params = 0u64;
+    for (i, (s, &n)) in specs.iter().zip(&sizes).enumerate() {
+        let data = tensor_data(s, i, o.seed)?;
+        if data.len() as u64 != n {
+            return Err(Error::Tensor {
+                name: s.name.clone(),
+                msg: format!("{} bytes generated, {n} expected", data.len()),
+            });
+        }
+        f.write_all(&data).map_err(io)?;
+        f.write_all(&vec![0u8; pad(n)]).map_err(io)?;
+        done += n + pad(n) as u64;
+        n_params += s.n_elements();
+        progress(done, total);
+    }
+    f.flush().map_err(io)?;
+    Ok(SynthReport {
+        shape: o.shape,
+        ty: o.ty.name().to_lowercase(),
+        n_params,
+        file_bytes: total,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn presets_are_valid_for_every_type() {
+        for p in [Preset::Tiny, Preset::B1, Preset::B7, Preset::B35] {
+            for ty in ["q4_0", "q4_1", "q8_0", "f16"] {
+                let o = SynthOptions::new(p, Some(1), parse_type(ty).unwrap(), 1);
+                check(&o).unwrap();
+            }
+        }
+        assert!(Preset::parse("13b").is_err() && parse_type("q5_k").is_err());
+    }
+
+    #[test]
+    fn vocabulary_fills_exactly_with_eos_last() {
+        let o = SynthOptions::new(Preset::Tiny, None, GgmlType::Q8_0, 3);
+        let meta = metadata(&o);
+        let tokens = meta
+            .iter()
+            .find(|(k, _)| k == "tokenizer.ggml.tokens")
+            .map(|(_, v)| v.clone());
+        let Some(Value::Array(_, t)) = tokens else {
+            panic!("no tokens")
+        };
+        assert_eq!(t.len(), o.shape.n_vocab);
+        assert_eq!(t.last(), Some(&Value::String("<|endoftext|>".into())));
+    }
+}
