@@ -52,7 +52,7 @@ pub(super) fn rms_norm_quant(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey)
         if let Some(g) = grid {
             ks.max_groups_per_dim = g;
         }
-        let mut rng = Rng(0x5eed_9a ^ (n_rows * 7919 + n) as u64);
+        let mut rng = Rng(0x005e_ed9a ^ (n_rows * 7919 + n) as u64);
         let mut x = rng.values(n_rows * n, 2.0); // [n_rows, n]
                                                  // A zero row: every chunk has d = 0.
         x[..n].fill(0.0);
@@ -84,7 +84,7 @@ pub(super) fn swiglu_quant(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -
         if let Some(g) = grid {
             ks.max_groups_per_dim = g;
         }
-        let mut rng = Rng(0x5a1_9a ^ n as u64);
+        let mut rng = Rng(0x0005_a19a ^ n as u64);
         // Gate outliers past +-88 overflow exp(-g).
         let gate = rng.values(n, 4.0); // [n]
         let up = rng.values(n, 2.0); // [n]
