@@ -196,7 +196,7 @@ fn stacked_matvec_equals_one_matvec_per_matrix() {
                     .unwrap();
             let x = rng.values(n * cols, 2.0);
             for k in &sets {
-                let [qx, qd] = quantized(&ctx, &k, &x, n, cols);
+                let [qx, qd] = quantized(&ctx, k, &x, n, cols);
                 let what = format!("{ty:?} {sizes:?} rows_layout={}", k.matvec_rows);
                 // Fused: one launch into poisoned outputs.
                 let outs: Vec<wgpu::Buffer> = sizes.iter().map(|&r| nan_buf(&ctx, n * r)).collect();
@@ -280,7 +280,7 @@ fn accumulating_matvec_equals_matvec_then_add() {
             y0.extend([f32::NAN; GUARDS]);
             for k in &sets {
                 let what = format!("{ty:?} [{rows}, {cols}] rows_layout={}", k.matvec_rows);
-                let [qx, qd] = quantized(&ctx, &k, &x, n, cols);
+                let [qx, qd] = quantized(&ctx, k, &x, n, cols);
                 let fused = kernels::upload_f32(&ctx, "y", &y0).unwrap();
                 let target = Q8Target {
                     out: Some(MatvecOut::Add),
