@@ -25,14 +25,21 @@ struct MatvecQ8Params {
     row_offset: u32,
     // ceil(rows / ROWS)
     row_groups: u32,
+    // first row of the weight buffers this launch reads (a row range of a fused matrix)
+    w_row0: u32,
+    // split outputs (matvec_q8_out/split*.wgsl): rows below split1 go to y, below split2 to
+    // y1, the rest to y2 (global row = row_offset + row)
+    split1: u32,
+    split2: u32,
+    pad0: u32,
 }
 
 // [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
 @group(0) @binding(2) var<storage, read> qx: array<u32>;
 // [n_tokens, cols / 32]: (d, d * Σq half 0, d * Σq half 1, d * Σq)
 @group(0) @binding(3) var<storage, read> qd: array<vec4<f32>>;
-// [n_tokens, y_stride]
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+// y (binding 4 and, for split outputs, 6 and 7) and `fn store_y(t, row, v)` come from a
+// matvec_q8_out/*.wgsl fragment: plain store, accumulate or split by rows.
 @group(0) @binding(5) var<uniform> P: MatvecQ8Params;
 
 // Rows per workgroup.
@@ -43,7 +50,7 @@ override ROWS: u32 = 2u;
 fn row_partial(row: u32, c0: u32, lid: u32) -> f32 {
     var acc = 0.0;
     for (var b = lid; b < P.blocks_per_row; b += WG) {
-        let ch = dq_chunk(row, b, P.cols);
+        let ch = dq_chunk(P.w_row0 + row, b, P.cols);
         let ci = c0 + b;
         var s0 = 0;
         var s1 = 0;
@@ -71,7 +78,6 @@ fn main(
     }
     let row0 = (group % P.row_groups) * ROWS;
     let c0 = t * P.blocks_per_row;
-    let yo = t * P.y_stride + P.row_offset;
     for (var r = 0u; r < ROWS; r++) {
         // `row` is uniform over the workgroup, so every invocation reaches wg_sum.
         let row = row0 + r;
@@ -81,7 +87,7 @@ fn main(
         }
         let total = wg_sum(acc, lid);
         if (lid == 0u && row < P.rows) {
-            y[yo + row] = total;
+            store_y(t, row, total);
         }
     }
 }

@@ -25,14 +25,21 @@ struct MatvecQ8Params {
     row_offset: u32,
     // ceil(rows / WG): the workgroups of the launch
     row_groups: u32,
+    // first row of the weight buffers this launch reads (a row range of a fused matrix)
+    w_row0: u32,
+    // split outputs (matvec_q8_out/split*.wgsl): rows below split1 go to y, below split2 to
+    // y1, the rest to y2 (global row = row_offset + row)
+    split1: u32,
+    split2: u32,
+    pad0: u32,
 }
 
 // [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
 @group(0) @binding(2) var<storage, read> qx: array<u32>;
 // [n_tokens, cols / 32]: (d, d * Σq half 0, d * Σq half 1, d * Σq)
 @group(0) @binding(3) var<storage, read> qd: array<vec4<f32>>;
-// [n_tokens, y_stride]
-@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+// y (binding 4 and, for split outputs, 6 and 7) and `fn store_y(t, row, v)` come from a
+// matvec_q8_out/*.wgsl fragment: plain store, accumulate or split by rows.
 @group(0) @binding(5) var<uniform> P: MatvecQ8Params;
 
 @compute @workgroup_size(WG)
@@ -52,7 +59,7 @@ fn main(
         acc[t] = 0.0;
     }
     for (var b = 0u; b < P.blocks_per_row; b++) {
-        let ch = dq_chunk(row, b, P.cols);
+        let ch = dq_chunk(P.w_row0 + row, b, P.cols);
         for (var t = 0u; t < n; t++) {
             let ci = t * P.blocks_per_row + b;
             var s0 = 0;
@@ -68,6 +75,6 @@ fn main(
         }
     }
     for (var t = 0u; t < n; t++) {
-        y[t * P.y_stride + P.row_offset + row] = acc[t];
+        store_y(t, row, acc[t]);
     }
 }

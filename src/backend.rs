@@ -112,6 +112,50 @@ pub trait Backend {
     ) -> Result<()>;
     /// out: [n, rows] = x: [n, cols] · Wᵀ for the weight `w` ([rows, cols]).
     fn matmul(&mut self, w: WeightId, x: &Self::Act, n: usize, out: &mut Self::Act) -> Result<()>;
+    /// q, k, v = x · Wq/Wk/Wvᵀ of layer `l` (x: [n, n_embd]). A backend may run the three as
+    /// one stacked matmul over a single read of x; the results must equal the three matmuls'.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_qkv(
+        &mut self,
+        l: usize,
+        x: &Self::Act,
+        n: usize,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        v: &mut Self::Act,
+    ) -> Result<()> {
+        self.matmul(WeightId::Wq(l), x, n, q)?;
+        self.matmul(WeightId::Wk(l), x, n, k)?;
+        self.matmul(WeightId::Wv(l), x, n, v)
+    }
+    /// g, u = x · Gate/Upᵀ of layer `l`, as [`Backend::matmul_qkv`] for the feed-forward.
+    fn matmul_gate_up(
+        &mut self,
+        l: usize,
+        x: &Self::Act,
+        n: usize,
+        g: &mut Self::Act,
+        u: &mut Self::Act,
+    ) -> Result<()> {
+        self.matmul(WeightId::Gate(l), x, n, g)?;
+        self.matmul(WeightId::Up(l), x, n, u)
+    }
+    /// x: [n, rows] += y: [n, cols] · Wᵀ (the residual add folded into the projection that
+    /// feeds it); `tmp` ([n, rows]) is scratch the default (matmul, then add) uses. The
+    /// result must equal that default's.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul_add(
+        &mut self,
+        w: WeightId,
+        y: &Self::Act,
+        n: usize,
+        rows: usize,
+        tmp: &mut Self::Act,
+        x: &mut Self::Act,
+    ) -> Result<()> {
+        self.matmul(w, y, n, tmp)?;
+        self.add(x, tmp, n * rows)
+    }
     /// x: [n, w] += bias ([w]) on every row.
     fn add_bias(&mut self, bias: WeightId, x: &mut Self::Act, n: usize) -> Result<()>;
     /// RoPE in place on x: [n, n_heads, head_dim]; token i is at position pos0 + i.

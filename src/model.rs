@@ -88,9 +88,7 @@ pub fn layer_stage<B: Backend>(
     use WeightId::*;
     // Attention block.
     b.rms_norm(AttnNorm(l), &s.x, n, &mut s.h)?;
-    b.matmul(Wq(l), &s.h, n, &mut s.q)?;
-    b.matmul(Wk(l), &s.h, n, &mut s.k)?;
-    b.matmul(Wv(l), &s.h, n, &mut s.v)?;
+    b.matmul_qkv(l, &s.h, n, &mut s.q, &mut s.k, &mut s.v)?;
     if cfg.qkv_bias {
         b.add_bias(Bq(l), &mut s.q, n)?;
         b.add_bias(Bk(l), &mut s.k, n)?;
@@ -99,16 +97,13 @@ pub fn layer_stage<B: Backend>(
     b.rope(&mut s.q, n, cfg.n_head, pos0)?;
     b.rope(&mut s.k, n, cfg.n_head_kv, pos0)?;
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
-    b.matmul(Wo(l), &s.att, n, &mut s.o)?;
-    b.add(&mut s.x, &s.o, n * cfg.n_embd)?;
+    b.matmul_add(Wo(l), &s.att, n, cfg.n_embd, &mut s.o, &mut s.x)?;
     // Feed-forward block.
     b.rms_norm(FfnNorm(l), &s.x, n, &mut s.h)?;
-    b.matmul(Gate(l), &s.h, n, &mut s.g)?;
-    b.matmul(Up(l), &s.h, n, &mut s.u)?;
+    b.matmul_gate_up(l, &s.h, n, &mut s.g, &mut s.u)?;
     // SwiGLU written over the gate buffer: each element reads only its own inputs.
     b.swiglu(&mut s.g, &s.u, n * cfg.n_ff)?;
-    b.matmul(Down(l), &s.g, n, &mut s.o)?;
-    b.add(&mut s.x, &s.o, n * cfg.n_embd)
+    b.matmul_add(Down(l), &s.g, n, cfg.n_embd, &mut s.o, &mut s.x)
 }
 
 /// Final norm and output head for rows first..first+n_rows of s.x; leaves s.logits:

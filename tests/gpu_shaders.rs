@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use memwall::gpu::shaders::{KernelKey, WeightFormat};
+use memwall::gpu::shaders::{KernelKey, MatvecOut, WeightFormat};
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
 
 /// Validates `key`'s module with exactly the capabilities it may rely on: the portable
@@ -158,8 +158,16 @@ fn all_lists_every_variant_once() {
             if !subgroup {
                 want.insert(KernelKey::MatvecQ8Rows { ty });
             }
+            // The fused output modes of the integer path, in both layouts.
+            for out in [MatvecOut::Add, MatvecOut::Split2, MatvecOut::Split3] {
+                want.insert(KernelKey::MatvecQ8Out { ty, subgroup, out });
+                if !subgroup {
+                    want.insert(KernelKey::MatvecQ8RowsOut { ty, out });
+                }
+            }
         }
         want.insert(KernelKey::RmsNorm { subgroup });
+        want.insert(KernelKey::RmsNormQuant { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
         want.insert(KernelKey::AttentionSplit { subgroup });
         want.insert(KernelKey::AttentionCombine { subgroup });
@@ -175,6 +183,7 @@ fn all_lists_every_variant_once() {
         KernelKey::AttentionPrefill,
         KernelKey::QuantizeAct,
         KernelKey::BandwidthProbe,
+        KernelKey::SwigluQuant,
     ] {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
@@ -211,6 +220,10 @@ fn all_lists_every_variant_once() {
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
             | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8Out { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::RmsNormQuant { .. }
+            | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => {}
         }
     }

@@ -193,9 +193,15 @@ fn n_layer_of(m: &Model) -> usize {
 
 #[test]
 fn placement_errors_are_clear() {
-    // A GPU placement for a block whose weights are not on the GPU is refused, not run.
-    let m = load(gpu(), Some(2), false);
-    let n_layer = m.config().n_layer;
+    // Blocks without resident weights may be placed on the GPU (they stream); the embedding
+    // and head may not: a placement that needs their weights there is refused, not run.
+    let two = load(gpu(), Some(2), false);
+    let n_layer = two.config().n_layer;
+    let mut s = two.session(64).unwrap();
+    s.exec_mut()
+        .set_placement(Phase::Decode, Placement::all(Device::Gpu, n_layer))
+        .unwrap();
+    let m = load(gpu(), Some(0), false);
     let mut s = m.session(64).unwrap();
     let err = s
         .exec_mut()

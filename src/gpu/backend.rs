@@ -13,9 +13,9 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
 use crate::gpu::kernels::Launch;
-use crate::gpu::q8act::{qd_vec4s, qx_words};
+use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
 use crate::gpu::recorder::Recorder;
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::shaders::{KernelKey, MatvecOut};
 use crate::gpu::stream::StreamRing;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
 
@@ -80,6 +80,14 @@ pub struct GpuBackend {
     /// Bytes of every buffer this session allocated (KV cache, scratch, activations,
     /// readback staging, uniform ring); the weights are the model's (`GpuModel::weight_bytes`).
     allocated: u64,
+    /// Elements qx / qd can hold: max_tokens * max_cols.
+    q_capacity: usize,
+    /// The activation buffer qx / qd hold the quantization of, and how many of its leading
+    /// elements (chunks are independent, so any prefix of whole rows is valid too): set by
+    /// the ops that quantize (rms_norm and swiglu fused with it, quantize_act before a
+    /// matmul) and cleared by every op that could change that buffer or qx / qd, so the
+    /// matmuls after a norm quantize their input once, not once each.
+    quantized: Option<(wgpu::Buffer, usize)>,
 }
 
 fn kv_layer(m: &GpuModel, l: usize, bytes: u64) -> Result<KvLayer> {
@@ -161,6 +169,8 @@ impl GpuBackend {
             allocated,
             qx,
             qd,
+            q_capacity: max_tokens.saturating_mul(max_cols),
+            quantized: None,
             m,
             rec,
             kv,
@@ -311,8 +321,99 @@ impl GpuBackend {
         Ok(out)
     }
 
-    /// Records `out = W x` for `n` tokens, each part of a split matrix writing its rows.
-    fn matmul_parts(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &GpuAct) -> Result<()> {
+    /// Forgets the quantized input if `buf` is the buffer it was made from (an op is about to
+    /// change it).
+    fn written(&mut self, buf: &wgpu::Buffer) {
+        if self.quantized.as_ref().is_some_and(|(b, _)| b == buf) {
+            self.quantized = None;
+        }
+    }
+
+    /// Whether the 8-bit path takes matmuls over `w` (as `matmul_parts` decides).
+    fn q8_path(&self, w: &crate::gpu::kernels::GpuMatrix) -> bool {
+        !self.m.f32_activations && w.ty.has_q8_path() && w.cols.is_multiple_of(32)
+    }
+
+    /// Makes qx / qd hold the quantization of x: [n, cols], unless they already do.
+    fn quantize_input(&mut self, x: &GpuAct, n: usize, cols: usize) -> Result<()> {
+        let len = n.saturating_mul(cols);
+        if self
+            .quantized
+            .as_ref()
+            .is_some_and(|(b, have)| *b == x.buf && len <= *have)
+        {
+            return Ok(());
+        }
+        let m = Arc::clone(&self.m);
+        let (qx, qd) = (self.qx.clone(), self.qd.clone());
+        let launch = m.kernels.quantize_act_launch(&x.buf, &qx, &qd, n, cols)?;
+        self.record(launch)?;
+        self.quantized = Some((x.buf.clone(), len));
+        Ok(())
+    }
+
+    /// One launch over a stacked matrix (`first`: Wq(l) or Gate(l)) writing each member's
+    /// rows to its output; `Ok(false)` when the model has no such stack or the 8-bit path
+    /// does not apply (the caller then runs the members one by one).
+    fn matmul_stacked(
+        &mut self,
+        first: WeightId,
+        x: &GpuAct,
+        n: usize,
+        outs: &[&GpuAct],
+    ) -> Result<bool> {
+        let m = Arc::clone(&self.m);
+        let Some(f) = m.fused(first) else {
+            return Ok(false);
+        };
+        if !self.q8_path(&f.m) || f.splits.len() + 1 != outs.len() {
+            return Ok(false);
+        }
+        if x.len < n * f.m.cols {
+            return Err(Error::Gpu(format!(
+                "stacked matmul {}: {n} tokens of {} columns in a buffer of {}",
+                first.tensor_name(),
+                f.m.cols,
+                x.len
+            )));
+        }
+        self.quantize_input(x, n, f.m.cols)?;
+        let (qx, qd) = (self.qx.clone(), self.qd.clone());
+        let out = if outs.len() == 3 {
+            MatvecOut::Split3
+        } else {
+            MatvecOut::Split2
+        };
+        let target = Q8Target {
+            out: Some(out),
+            ys: outs.iter().map(|o| &o.buf).collect(),
+            y_stride: f.m.rows,
+            row_offset: 0,
+            splits: [
+                f.splits.first().copied().unwrap_or(0),
+                f.splits.get(1).copied().unwrap_or(f.m.rows),
+            ],
+        };
+        let launch = m
+            .kernels
+            .matvec_q8_target_launch(&f.m, 0, &qx, &qd, n, target)?;
+        self.record(launch)?;
+        for o in outs {
+            self.written(&o.buf);
+        }
+        Ok(true)
+    }
+
+    /// Records `out = W x` (or `out += W x` with `add`) for `n` tokens, each part of a split
+    /// matrix writing its rows.
+    fn matmul_parts(
+        &mut self,
+        w: WeightId,
+        x: &GpuAct,
+        n: usize,
+        out: &GpuAct,
+        add: bool,
+    ) -> Result<()> {
         let m = Arc::clone(&self.m);
         let mat = &self.weight(w)?;
         if x.len < n * mat.cols || out.len < n * mat.rows {
@@ -331,19 +432,32 @@ impl GpuBackend {
             && mat.cols.is_multiple_of(32);
         if q8 {
             // The CPU's scheme: x to int8 chunks once, then integer dot products per part.
+            self.quantize_input(x, n, mat.cols)?;
             let (qx, qd) = (self.qx.clone(), self.qd.clone());
-            let launch = m
-                .kernels
-                .quantize_act_launch(&x.buf, &qx, &qd, n, mat.cols)?;
-            self.record(launch)?;
+            let mode = add.then_some(MatvecOut::Add);
             for p in &mat.parts {
+                let target = Q8Target {
+                    out: mode,
+                    ys: vec![&out.buf],
+                    y_stride: mat.rows,
+                    row_offset: p.row0,
+                    splits: [mat.rows; 2],
+                };
                 let launch = m
                     .kernels
-                    .matvec_q8_launch(&p.m, &qx, &qd, &out.buf, n, mat.rows, p.row0)?;
+                    .matvec_q8_target_launch(&p.m, p.w_row0, &qx, &qd, n, target)?;
                 self.record(launch)?;
             }
+            self.written(&out.buf);
             return Ok(());
         }
+        if add || mat.parts.iter().any(|p| p.w_row0 != 0) {
+            return Err(Error::Gpu(format!(
+                "matmul {}: a fused output or a stacked-matrix view needs the 8-bit path",
+                w.tensor_name()
+            )));
+        }
+        self.written(&out.buf);
         for p in &mat.parts {
             // Batches past a few tokens take the tiled matmul, which decodes each weight
             // once per tile; CPU-like adapters run the batched row matvec at any size (their
@@ -396,6 +510,7 @@ impl Backend for GpuBackend {
                 dst.len
             )));
         }
+        self.written(&dst.buf);
         // Recorded work must see the old contents: submit it before the queue write.
         self.rec.flush(&self.m.ctx)?;
         self.m
@@ -431,6 +546,7 @@ impl Backend for GpuBackend {
                 out.len
             )));
         }
+        self.written(&out.buf);
         self.rec.flush(&m.ctx)?;
         m.ctx
             .queue
@@ -454,6 +570,25 @@ impl Backend for GpuBackend {
         let m = Arc::clone(&self.m);
         let w = m.vector(norm)?;
         let width = (w.size() / 4) as usize;
+        self.written(&out.buf);
+        let len = n.saturating_mul(width);
+        if !m.f32_activations && width.is_multiple_of(32) && len <= self.q_capacity {
+            // Quantize the result on the way out: the matmuls that read it skip quantize_act.
+            let (qx, qd) = (self.qx.clone(), self.qd.clone());
+            let launch = m.kernels.rms_norm_quant_launch(
+                &x.buf,
+                w,
+                &out.buf,
+                &qx,
+                &qd,
+                width,
+                n,
+                m.cfg.rms_eps,
+            )?;
+            self.record(launch)?;
+            self.quantized = Some((out.buf.clone(), len));
+            return Ok(());
+        }
         let launch = m
             .kernels
             .rms_norm_launch(&x.buf, w, &out.buf, width, n, m.cfg.rms_eps)?;
@@ -461,19 +596,71 @@ impl Backend for GpuBackend {
     }
 
     fn matmul(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &mut GpuAct) -> Result<()> {
-        self.matmul_parts(w, x, n, out)
+        self.matmul_parts(w, x, n, out, false)
+    }
+
+    fn matmul_qkv(
+        &mut self,
+        l: usize,
+        x: &GpuAct,
+        n: usize,
+        q: &mut GpuAct,
+        k: &mut GpuAct,
+        v: &mut GpuAct,
+    ) -> Result<()> {
+        if self.matmul_stacked(WeightId::Wq(l), x, n, &[q, k, v])? {
+            return Ok(());
+        }
+        self.matmul_parts(WeightId::Wq(l), x, n, q, false)?;
+        self.matmul_parts(WeightId::Wk(l), x, n, k, false)?;
+        self.matmul_parts(WeightId::Wv(l), x, n, v, false)
+    }
+
+    fn matmul_gate_up(
+        &mut self,
+        l: usize,
+        x: &GpuAct,
+        n: usize,
+        g: &mut GpuAct,
+        u: &mut GpuAct,
+    ) -> Result<()> {
+        if self.matmul_stacked(WeightId::Gate(l), x, n, &[g, u])? {
+            return Ok(());
+        }
+        self.matmul_parts(WeightId::Gate(l), x, n, g, false)?;
+        self.matmul_parts(WeightId::Up(l), x, n, u, false)
+    }
+
+    fn matmul_add(
+        &mut self,
+        w: WeightId,
+        y: &GpuAct,
+        n: usize,
+        rows: usize,
+        tmp: &mut GpuAct,
+        x: &mut GpuAct,
+    ) -> Result<()> {
+        let mat = self.weight(w)?;
+        let fused = mat.rows == rows && mat.parts.first().is_some_and(|p| self.q8_path(&p.m));
+        if fused {
+            return self.matmul_parts(w, y, n, x, true);
+        }
+        self.matmul_parts(w, y, n, tmp, false)?;
+        self.add(x, tmp, n * rows)
     }
 
     fn add_bias(&mut self, bias: WeightId, x: &mut GpuAct, n: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
         let b = m.vector(bias)?;
         let width = (b.size() / 4) as usize;
+        self.written(&x.buf);
         let launch = m.kernels.add_bias_launch(&x.buf, b, width, n)?;
         self.record(launch)
     }
 
     fn rope(&mut self, x: &mut GpuAct, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
+        self.written(&x.buf);
         let cfg = m.rope_config(n_heads);
         let launch = m
             .kernels
@@ -504,6 +691,7 @@ impl Backend for GpuBackend {
             .and_then(|c| c.as_ref())
             .ok_or_else(|| Error::Gpu(format!("no KV cache for layer {layer} on the GPU")))?;
         let (kc, vc) = (kv.k.clone(), kv.v.clone());
+        self.written(&out.buf);
         let cfg = attention_config(&m, self.n_ctx);
         let launches = m
             .kernels
@@ -523,6 +711,16 @@ impl Backend for GpuBackend {
 
     fn swiglu(&mut self, gate: &mut GpuAct, up: &GpuAct, len: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
+        self.written(&gate.buf);
+        if !m.f32_activations && len.is_multiple_of(32) && len > 0 && len <= self.q_capacity {
+            let (qx, qd) = (self.qx.clone(), self.qd.clone());
+            let launch = m
+                .kernels
+                .swiglu_quant_launch(&gate.buf, &up.buf, &qx, &qd, len)?;
+            self.record(launch)?;
+            self.quantized = Some((gate.buf.clone(), len));
+            return Ok(());
+        }
         let launch = m
             .kernels
             .elementwise_launch(KernelKey::Swiglu, &gate.buf, &up.buf, len)?;
@@ -531,6 +729,7 @@ impl Backend for GpuBackend {
 
     fn add(&mut self, x: &mut GpuAct, y: &GpuAct, len: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
+        self.written(&x.buf);
         let launch = m
             .kernels
             .elementwise_launch(KernelKey::Add, &x.buf, &y.buf, len)?;
@@ -554,6 +753,7 @@ impl Backend for GpuBackend {
                 out.len
             )));
         }
+        self.written(&out.buf);
         self.rec
             .copy(&x.buf, start as u64 * 4, &out.buf, 0, count as u64 * 4)
     }

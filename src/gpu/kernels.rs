@@ -394,7 +394,12 @@ impl Kernels {
             }
             let label = key.label();
             let mut constants = vec![("WG", f64::from(workgroup_size))];
-            if matches!(key, KernelKey::Matvec { .. } | KernelKey::MatvecQ8 { .. }) {
+            if matches!(
+                key,
+                KernelKey::Matvec { .. }
+                    | KernelKey::MatvecQ8 { .. }
+                    | KernelKey::MatvecQ8Out { .. }
+            ) {
                 constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
             }
             let src = key.source();

@@ -11,7 +11,9 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
-use crate::gpu::shaders::{KernelKey, MatvecQ8Params, QuantizeActParams, WeightFormat, QK};
+use crate::gpu::shaders::{
+    ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
+};
 
 /// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
 pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
@@ -108,6 +110,35 @@ impl Kernels {
         y_stride: usize,
         row_offset: usize,
     ) -> Result<Launch<'a>> {
+        let target = Q8Target {
+            out: None,
+            ys: vec![y],
+            y_stride,
+            row_offset,
+            splits: [y_stride; 2],
+        };
+        self.matvec_q8_target_launch(w, 0, qx, qd, n_tokens, target)
+    }
+
+    /// The integer matvec of rows `w_row0..w_row0 + w.rows` of `w`'s buffers (a row range of
+    /// a fused matrix; 0 for a whole one) into `target`: stored, accumulated, or split across
+    /// outputs (see [`Q8Target`]).
+    pub fn matvec_q8_target_launch<'a>(
+        &self,
+        w: &'a GpuMatrix,
+        w_row0: usize,
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+        n_tokens: usize,
+        target: Q8Target<'a>,
+    ) -> Result<Launch<'a>> {
+        let Q8Target {
+            out,
+            ys,
+            y_stride,
+            row_offset,
+            splits,
+        } = target;
         let what = format!(
             "matvec_q8 {:?} [{}, {}] x {n_tokens} tokens",
             w.ty, w.rows, w.cols
@@ -126,17 +157,44 @@ impl Kernels {
         }
         check(&format!("{what}: qx"), qx, qx_words(n_tokens, w.cols), 4)?;
         check(&format!("{what}: qd"), qd, qd_vec4s(n_tokens, w.cols), 16)?;
-        check(
-            &format!("{what}: y"),
-            y,
-            n_tokens.saturating_mul(y_stride),
-            4,
-        )?;
+        // Each output's row width: one y of y_stride, or the split ranges.
+        let widths: Vec<usize> = match out {
+            None | Some(MatvecOut::Add) => vec![y_stride],
+            Some(MatvecOut::Split2) => vec![splits[0], y_stride.saturating_sub(splits[0])],
+            Some(MatvecOut::Split3) => vec![
+                splits[0],
+                splits[1].saturating_sub(splits[0]),
+                y_stride.saturating_sub(splits[1]),
+            ],
+        };
+        let split_ok = match out {
+            Some(MatvecOut::Split2) => splits[0] > 0 && splits[0] < y_stride,
+            Some(MatvecOut::Split3) => {
+                splits[0] > 0 && splits[0] < splits[1] && splits[1] < y_stride
+            }
+            None | Some(MatvecOut::Add) => true,
+        };
+        if !split_ok || ys.len() != widths.len() {
+            return Err(Error::Gpu(format!(
+                "{what}: {} outputs split at {splits:?} of {y_stride} rows for {out:?}",
+                ys.len()
+            )));
+        }
+        for (i, (y, &width)) in ys.iter().zip(&widths).enumerate() {
+            check(
+                &format!("{what}: y{i}"),
+                y,
+                n_tokens.saturating_mul(width),
+                4,
+            )?;
+        }
         // The shader's y index t * y_stride + row must fit in u32.
         to_u32(n_tokens.saturating_mul(y_stride), "matvec_q8 y elements")?;
         to_u32(qx_words(n_tokens, w.cols), "matvec_q8 qx words")?;
         let rows = to_u32(w.rows, "rows")?;
         let cols = to_u32(w.cols, "cols")?;
+        // The weight rows read must fit in u32 too (w_row0 + row indexes the buffers).
+        to_u32(w_row0.saturating_add(w.rows), "matvec_q8 weight rows")?;
         let per_group = if self.matvec_rows {
             self.workgroup_size
         } else {
@@ -167,20 +225,112 @@ impl Kernels {
             y_stride: to_u32(y_stride, "y_stride")?,
             row_offset: to_u32(row_offset, "row_offset")?,
             row_groups,
+            w_row0: to_u32(w_row0, "w_row0")?,
+            split1: to_u32(splits[0], "split1")?,
+            split2: to_u32(splits[1], "split2")?,
+            pad0: 0,
         };
-        let key = if self.matvec_rows {
-            KernelKey::MatvecQ8Rows { ty: w.ty }
-        } else {
-            KernelKey::MatvecQ8 {
+        let key = match (self.matvec_rows, out) {
+            (true, None) => KernelKey::MatvecQ8Rows { ty: w.ty },
+            (true, Some(out)) => KernelKey::MatvecQ8RowsOut { ty: w.ty, out },
+            (false, None) => KernelKey::MatvecQ8 {
                 ty: w.ty,
                 subgroup: self.subgroup,
-            }
+            },
+            (false, Some(out)) => KernelKey::MatvecQ8Out {
+                ty: w.ty,
+                subgroup: self.subgroup,
+                out,
+            },
         };
         let mut bufs = vec![(0, &w.quants)];
         if let Some(s) = &w.scales {
             bufs.push((1, s));
         }
-        bufs.extend([(2, qx), (3, qd), (4, y)]);
+        bufs.extend([(2, qx), (3, qd)]);
+        // Outputs at 4, 6, 7 (5 is the uniform, as in the plain kernel).
+        for (y, binding) in ys.into_iter().zip([4, 6, 7]) {
+            bufs.push((binding, y));
+        }
         Ok(Launch::new(key, &params, &bufs, 5, groups))
     }
+
+    /// RMS normalization of `n_rows` rows of `n` f32 (`n` a multiple of 32) from `x` into
+    /// `out`, with `out` also quantized into `qx` / `qd` exactly as
+    /// [`Kernels::quantize_act_launch`] would quantize it.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rms_norm_quant_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        weight: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+        n: usize,
+        n_rows: usize,
+        eps: f32,
+    ) -> Result<Launch<'a>> {
+        check_shape("rms_norm_quant", n_rows, n)?;
+        check("rms_norm_quant qx", qx, qx_words(n_rows, n), 4)?;
+        check("rms_norm_quant qd", qd, qd_vec4s(n_rows, n), 16)?;
+        to_u32(n_rows.saturating_mul(n), "rms_norm_quant elements")?;
+        let mut launch = self.rms_norm_launch(x, weight, out, n, n_rows, eps)?;
+        launch.key = KernelKey::RmsNormQuant {
+            subgroup: self.subgroup,
+        };
+        launch.buffers.extend([(4, qx), (5, qd)]);
+        Ok(launch)
+    }
+
+    /// `gate = silu(gate) * up` in place over `n` f32 (`n` a multiple of 32), with the result
+    /// also quantized into `qx` / `qd` exactly as [`Kernels::quantize_act_launch`] would.
+    pub fn swiglu_quant_launch<'a>(
+        &self,
+        gate: &'a wgpu::Buffer,
+        up: &'a wgpu::Buffer,
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        check_shape("swiglu_quant", 1, n)?;
+        check("swiglu_quant gate", gate, n, 4)?;
+        check("swiglu_quant up", up, n, 4)?;
+        check("swiglu_quant qx", qx, qx_words(1, n), 4)?;
+        check("swiglu_quant qd", qd, qd_vec4s(1, n), 16)?;
+        let n_u = to_u32(n, "swiglu_quant n")?;
+        let chunks = n_u / QK;
+        let groups = grid(
+            chunks.div_ceil(self.workgroup_size),
+            self.max_groups_per_dim,
+        )?;
+        let params = ElementwiseParams {
+            n: n_u,
+            groups_x: groups.0,
+            pad0: 0,
+            pad1: 0,
+        };
+        let bufs = [(0, gate), (1, up), (3, qx), (4, qd)];
+        Ok(Launch::new(
+            KernelKey::SwigluQuant,
+            &params,
+            &bufs,
+            2,
+            groups,
+        ))
+    }
+}
+
+/// Where [`Kernels::matvec_q8_target_launch`] writes.
+pub struct Q8Target<'a> {
+    /// `None`: store into `ys[0]`; `Add`: accumulate into `ys[0]`; `Split2`/`Split3`: global
+    /// row g = row_offset + r goes to `ys[i]` for the range of `splits` holding it, each
+    /// output `[n_tokens, its range's width]`.
+    pub out: Option<MatvecOut>,
+    pub ys: Vec<&'a wgpu::Buffer>,
+    /// Row length of `ys[0]` for a store or add; the stacked matrix's total rows for a split.
+    pub y_stride: usize,
+    /// Global row of the launch's first row.
+    pub row_offset: usize,
+    /// Split2: `[rows of the first matrix, unused]`; Split3: the first two matrices' end rows.
+    pub splits: [usize; 2],
 }

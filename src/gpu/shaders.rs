@@ -49,6 +49,13 @@ const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
+const QUANTIZE_CHUNK: &str = include_str!("../../shaders/quantize_chunk.wgsl");
+const RMSNORM_QUANT: &str = include_str!("../../shaders/rmsnorm_quant.wgsl");
+const SWIGLU_QUANT: &str = include_str!("../../shaders/swiglu_quant.wgsl");
+const Q8_OUT_STORE: &str = include_str!("../../shaders/matvec_q8_out/store.wgsl");
+const Q8_OUT_ADD: &str = include_str!("../../shaders/matvec_q8_out/add.wgsl");
+const Q8_OUT_SPLIT2: &str = include_str!("../../shaders/matvec_q8_out/split2.wgsl");
+const Q8_OUT_SPLIT3: &str = include_str!("../../shaders/matvec_q8_out/split3.wgsl");
 const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
@@ -172,6 +179,48 @@ impl WeightFormat {
     }
 }
 
+/// Where a fused integer matvec ([`KernelKey::MatvecQ8Out`], [`KernelKey::MatvecQ8RowsOut`])
+/// puts its rows (`shaders/matvec_q8_out/*.wgsl`; the plain keys store into one y).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum MatvecOut {
+    /// y += W x: the residual add folded into the projection (y is read and written).
+    Add,
+    /// Two matrices stacked by rows (gate | up) into two outputs.
+    Split2,
+    /// Three matrices stacked by rows (Wq | Wk | Wv) into three outputs.
+    Split3,
+}
+
+impl MatvecOut {
+    pub const ALL: [MatvecOut; 3] = [MatvecOut::Add, MatvecOut::Split2, MatvecOut::Split3];
+
+    /// Output buffers the launch binds (bindings 4, 6, 7).
+    pub fn n_outputs(self) -> usize {
+        match self {
+            MatvecOut::Add => 1,
+            MatvecOut::Split2 => 2,
+            MatvecOut::Split3 => 3,
+        }
+    }
+
+    /// "add", "split2" or "split3" (labels and selftest rows).
+    pub fn name(self) -> &'static str {
+        match self {
+            MatvecOut::Add => "add",
+            MatvecOut::Split2 => "split2",
+            MatvecOut::Split3 => "split3",
+        }
+    }
+
+    fn fragment(self) -> &'static str {
+        match self {
+            MatvecOut::Add => Q8_OUT_ADD,
+            MatvecOut::Split2 => Q8_OUT_SPLIT2,
+            MatvecOut::Split3 => Q8_OUT_SPLIT3,
+        }
+    }
+}
+
 /// Columns per `dq_block` call, for every format (`QK` in WGSL; a K-quant super-block of 256
 /// columns is 8 calls).
 pub const QK: u32 = 32;
@@ -230,6 +279,19 @@ pub enum KernelKey {
     /// `shaders/bandwidth.wgsl`: the memory bandwidth probe of `memwall bench` (reads a large
     /// buffer, writes a partial sum per workgroup; workgroup-memory reduction only).
     BandwidthProbe,
+    /// `MatvecQ8` writing its rows as `out` says (accumulate, or split across outputs).
+    MatvecQ8Out {
+        ty: WeightFormat,
+        subgroup: bool,
+        out: MatvecOut,
+    },
+    /// `MatvecQ8Rows` writing its rows as `out` says.
+    MatvecQ8RowsOut { ty: WeightFormat, out: MatvecOut },
+    /// `shaders/rmsnorm_quant.wgsl`: `RmsNorm` that also quantizes its output as `QuantizeAct`
+    /// would; `subgroup` picks `subgroupAdd` reduction.
+    RmsNormQuant { subgroup: bool },
+    /// `shaders/swiglu_quant.wgsl`: `Swiglu` that also quantizes its result (standalone).
+    SwigluQuant,
 }
 
 impl KernelKey {
@@ -250,9 +312,16 @@ impl KernelKey {
                     if !subgroup {
                         keys.push(KernelKey::MatvecQ8Rows { ty });
                     }
+                    for out in MatvecOut::ALL {
+                        keys.push(KernelKey::MatvecQ8Out { ty, subgroup, out });
+                        if !subgroup {
+                            keys.push(KernelKey::MatvecQ8RowsOut { ty, out });
+                        }
+                    }
                 }
             }
             keys.push(KernelKey::RmsNorm { subgroup });
+            keys.push(KernelKey::RmsNormQuant { subgroup });
             keys.push(KernelKey::Softmax { subgroup });
             keys.push(KernelKey::AttentionSplit { subgroup });
             keys.push(KernelKey::AttentionCombine { subgroup });
@@ -267,6 +336,7 @@ impl KernelKey {
             KernelKey::AttentionPrefill,
             KernelKey::QuantizeAct,
             KernelKey::BandwidthProbe,
+            KernelKey::SwigluQuant,
         ]);
         for f16 in [false, true] {
             for ty in WeightFormat::ALL {
@@ -303,6 +373,10 @@ impl KernelKey {
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
             | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8Out { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::RmsNormQuant { .. }
+            | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => false,
         }
     }
@@ -331,6 +405,10 @@ impl KernelKey {
             | KernelKey::QuantizeAct
             | KernelKey::MatvecQ8 { .. }
             | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8Out { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::RmsNormQuant { .. }
+            | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => false,
         }
     }
@@ -346,6 +424,8 @@ impl KernelKey {
                 | KernelKey::AttentionSplit { .. }
                 | KernelKey::AttentionCombine { .. }
                 | KernelKey::MatvecQ8 { .. }
+                | KernelKey::MatvecQ8Out { .. }
+                | KernelKey::RmsNormQuant { .. }
         )
     }
 
@@ -354,7 +434,9 @@ impl KernelKey {
         match *self {
             KernelKey::Matvec { subgroup, .. }
             | KernelKey::MatvecQ8 { subgroup, .. }
+            | KernelKey::MatvecQ8Out { subgroup, .. }
             | KernelKey::RmsNorm { subgroup }
+            | KernelKey::RmsNormQuant { subgroup }
             | KernelKey::Softmax { subgroup }
             | KernelKey::AttentionSplit { subgroup }
             | KernelKey::AttentionCombine { subgroup } => subgroup,
@@ -368,7 +450,9 @@ impl KernelKey {
             | KernelKey::AttentionPrefill
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
-            | KernelKey::MatvecQ8Rows { .. } => false,
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::SwigluQuant => false,
             KernelKey::QuantizeAct | KernelKey::BandwidthProbe => false,
         }
     }
@@ -407,6 +491,18 @@ impl KernelKey {
                 format!("matvec_q8_rows_{}", ty.ggml().name().to_lowercase())
             }
             KernelKey::BandwidthProbe => "bandwidth_probe".into(),
+            KernelKey::MatvecQ8Out { ty, out, .. } => format!(
+                "matvec_q8_{}_{}{sg}",
+                out.name(),
+                ty.ggml().name().to_lowercase()
+            ),
+            KernelKey::MatvecQ8RowsOut { ty, out } => format!(
+                "matvec_q8_rows_{}_{}",
+                out.name(),
+                ty.ggml().name().to_lowercase()
+            ),
+            KernelKey::RmsNormQuant { .. } => format!("rmsnorm_quant{sg}"),
+            KernelKey::SwigluQuant => "swiglu_quant".into(),
         }
     }
 
@@ -440,10 +536,20 @@ impl KernelKey {
             KernelKey::AttentionSplit { .. } => vec![reduce, ATTENTION_SPLIT],
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
             KernelKey::AttentionPrefill => vec![ATTENTION_PREFILL],
-            KernelKey::QuantizeAct => vec![QUANTIZE_ACT],
-            KernelKey::MatvecQ8 { ty, .. } => vec![reduce, ty.fragment(), MATVEC_Q8],
-            KernelKey::MatvecQ8Rows { ty } => vec![ty.fragment(), MATVEC_Q8_ROWS],
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
+            KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
+            KernelKey::MatvecQ8 { ty, .. } => {
+                vec![reduce, ty.fragment(), MATVEC_Q8, Q8_OUT_STORE]
+            }
+            KernelKey::MatvecQ8Rows { ty } => vec![ty.fragment(), MATVEC_Q8_ROWS, Q8_OUT_STORE],
+            KernelKey::MatvecQ8Out { ty, out, .. } => {
+                vec![reduce, ty.fragment(), MATVEC_Q8, out.fragment()]
+            }
+            KernelKey::MatvecQ8RowsOut { ty, out } => {
+                vec![ty.fragment(), MATVEC_Q8_ROWS, out.fragment()]
+            }
+            KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],
+            KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
         };
         parts.join("\n")
     }
@@ -653,6 +759,12 @@ pub struct MatvecQ8Params {
     pub row_offset: u32,
     /// workgroups per token: ceil(rows / ROWS)
     pub row_groups: u32,
+    /// first row of the weight buffers read (a row range of a fused matrix)
+    pub w_row0: u32,
+    /// split outputs: global rows below split1 go to y, below split2 to y1, the rest to y2
+    pub split1: u32,
+    pub split2: u32,
+    pub pad0: u32,
 }
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
@@ -667,4 +779,4 @@ const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
 const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
-const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 32);
+const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 48);

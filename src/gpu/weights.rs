@@ -22,11 +22,24 @@ use crate::gpu::repack::repack;
 use crate::gpu::shaders::WeightFormat;
 use crate::scheduler::{Device, Placement};
 
-/// Rows `row0..row0 + m.rows` of a weight matrix.
+/// Rows `row0..row0 + m.rows` of a weight matrix, read from rows `w_row0..w_row0 + m.rows`
+/// of `m`'s buffers (0 unless the matrix is a row range of a fused one; only the 8-bit
+/// activation kernels read such views).
 #[derive(Clone)]
 pub struct MatrixPart {
     pub m: GpuMatrix,
     pub row0: usize,
+    pub w_row0: usize,
+}
+
+/// Matrices that read the same input stacked by rows into one buffer (Wq | Wk | Wv, or
+/// Gate | Up), so one launch computes all of them; each member is also kept as a row-range
+/// view of the same buffers (see [`GpuModel::matrix`]), so nothing is stored twice.
+pub struct FusedMatrix {
+    /// The stacked matrix, in one part.
+    pub m: GpuMatrix,
+    /// Where each member but the last ends (1 entry for gate/up, 2 for q/k/v).
+    pub splits: Vec<usize>,
 }
 
 /// A weight matrix as one or more row ranges, each within one storage binding.
@@ -72,6 +85,8 @@ pub struct GpuModel {
     pub kernels: Kernels,
     pub cfg: Config,
     mats: HashMap<WeightId, GpuWeightMatrix>,
+    /// Stacked matrices by their first member (Wq(l), Gate(l)).
+    fused: HashMap<WeightId, FusedMatrix>,
     /// Norm weights and biases: [len] f32 each.
     vecs: HashMap<WeightId, wgpu::Buffer>,
     /// RoPE frequencies: [n_rot / 2] f32.
@@ -104,11 +119,30 @@ impl GpuModel {
         let mut vecs = HashMap::new();
         let mut warnings = Vec::new();
         let mut weight_bytes = 0u64;
+        let mut fused = HashMap::new();
         for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
             if let Some(p) = &opts.resident {
                 // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
                 // a streamed layer only moves its matrices.
                 if dims.len() >= 2 && !needed_on_gpu(id, p, cfg.tied_embeddings) {
+                    continue;
+                }
+            }
+            if mats.contains_key(&id) {
+                // A member of a fused matrix, already in place as a view.
+                continue;
+            }
+            let group = match id {
+                WeightId::Wq(l) => vec![id, WeightId::Wk(l), WeightId::Wv(l)],
+                WeightId::Gate(l) => vec![id, WeightId::Up(l)],
+                _ => Vec::new(),
+            };
+            // Fused only for the 8-bit activation path, the one with stacked-output kernels.
+            if !group.is_empty() && !opts.f32_activations {
+                if let Some((f, views)) = fuse(&ctx, gguf, &group, limit)? {
+                    weight_bytes += f.m.quants.size() + f.m.scales.as_ref().map_or(0, |s| s.size());
+                    mats.extend(views);
+                    fused.insert(id, f);
                     continue;
                 }
             }
@@ -150,6 +184,7 @@ impl GpuModel {
             kernels,
             cfg: cfg.clone(),
             mats,
+            fused,
             vecs,
             rope_freqs,
             max_binding_bytes: limit,
@@ -185,6 +220,12 @@ impl GpuModel {
         self.mats
             .get(&id)
             .ok_or_else(|| Error::Gpu(format!("{} is not on the GPU", id.tensor_name())))
+    }
+
+    /// The stacked matrix whose first member is `first` (Wq(l) or Gate(l)), if the load
+    /// fused that group.
+    pub fn fused(&self, first: WeightId) -> Option<&FusedMatrix> {
+        self.fused.get(&first)
     }
 
     pub fn vector(&self, id: WeightId) -> Result<&wgpu::Buffer> {
@@ -276,8 +317,96 @@ pub fn upload_split(
         parts.push(MatrixPart {
             m: upload_matrix(ctx, &packed)?,
             row0,
+            w_row0: 0,
         });
         row0 += n;
     }
     Ok(GpuWeightMatrix { rows, cols, parts })
+}
+
+/// Stacks the matrices `ids` (which read the same input) by rows into one upload when they
+/// share a format with the 8-bit integer path and a column count that is whole chunks of 32,
+/// and the stack fits one binding; returns it with each member as a row-range view. `None`
+/// leaves them to be uploaded apart.
+#[allow(clippy::type_complexity)]
+fn fuse(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    ids: &[WeightId],
+    limit: u64,
+) -> Result<Option<(FusedMatrix, Vec<(WeightId, GpuWeightMatrix)>)>> {
+    let mut ty = None;
+    let mut cols = None;
+    let mut rows = Vec::with_capacity(ids.len());
+    let mut data: Vec<&[u8]> = Vec::with_capacity(ids.len());
+    for id in ids {
+        let t = gguf.require_tensor(&id.tensor_name())?;
+        let f = match WeightFormat::from_ggml(t.ty) {
+            Some(f) if f.has_q8_path() => f,
+            _ => return Ok(None),
+        };
+        if t.dims.len() != 2 || ty.is_some_and(|g| g != f) || cols.is_some_and(|c| c != t.dims[0]) {
+            return Ok(None);
+        }
+        let c = usize::try_from(t.dims[0]).ok();
+        let r = usize::try_from(t.dims[1]).ok();
+        let (Some(c), Some(r)) = (c, r) else {
+            return Ok(None);
+        };
+        if !c.is_multiple_of(32) {
+            return Ok(None);
+        }
+        ty = Some(f);
+        cols = Some(t.dims[0]);
+        rows.push(r);
+        data.push(gguf.tensor_data(t));
+    }
+    let (Some(ty), Some(cols)) = (ty, cols) else {
+        return Ok(None);
+    };
+    let cols = usize::try_from(cols).map_err(|_| Error::Gpu("columns overflow".into()))?;
+    // The packed quants and scales are each smaller than the ggml blocks: a stack whose ggml
+    // bytes fit one binding packs into one part.
+    let bytes: usize = data.iter().map(|d| d.len()).sum();
+    if bytes as u64 > limit {
+        return Ok(None);
+    }
+    let stacked = data.concat();
+    let total: usize = rows.iter().sum();
+    let name = format!("{} (stacked)", ids[0].tensor_name());
+    let mut m = upload_split(ctx, &name, ty, &stacked, total, cols, limit)?;
+    if m.parts.len() != 1 {
+        return Ok(None);
+    }
+    let Some(whole) = m.parts.pop() else {
+        return Ok(None);
+    };
+    let mut views = Vec::with_capacity(ids.len());
+    let mut splits = Vec::with_capacity(ids.len());
+    let mut r0 = 0;
+    for (&id, &r) in ids.iter().zip(&rows) {
+        let view = GpuMatrix {
+            ty,
+            rows: r,
+            cols,
+            quants: whole.m.quants.clone(),
+            scales: whole.m.scales.clone(),
+        };
+        views.push((
+            id,
+            GpuWeightMatrix {
+                rows: r,
+                cols,
+                parts: vec![MatrixPart {
+                    m: view,
+                    row0: 0,
+                    w_row0: r0,
+                }],
+            },
+        ));
+        r0 += r;
+        splits.push(r0);
+    }
+    splits.pop();
+    Ok(Some((FusedMatrix { m: whole.m, splits }, views)))
 }

@@ -419,6 +419,18 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
 /// Sizes of the element-wise checks; the last runs on a small grid.
 const ELEMENTWISE: [(usize, Option<u32>); 3] = [(37, None), (4099, None), (1500, Some(5))];
 
+/// The tolerance of one SwiGLU output `want` from gate value `g` (see [`swiglu`]).
+pub(super) fn swiglu_tol(g: f32, want: f32) -> f64 {
+    let g = f64::from(g);
+    let w = f64::from(want).abs();
+    let rel = (8.0 + 2.0 * g.abs()) * U * w;
+    if 1.0 + (-g).exp() >= 2f64.powi(126) {
+        w + rel + 1e-37
+    } else {
+        rel + 1e-37
+    }
+}
+
 pub(super) fn swiglu(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
     let mut worst = Worst::new();
     for (n, grid) in ELEMENTWISE {
@@ -436,16 +448,7 @@ pub(super) fn swiglu(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Resu
         // division's precision is only specified for divisors up to 2^126 (WGSL, Vulkan);
         // past that (g < -87.3) it may flush, so up to |want| itself (< 1e-35 there) is
         // allowed.
-        let tol = |i: usize| {
-            let g = f64::from(gate[i]);
-            let w = f64::from(want[i]).abs();
-            let rel = (8.0 + 2.0 * g.abs()) * U * w;
-            if 1.0 + (-g).exp() >= 2f64.powi(126) {
-                w + rel + 1e-37
-            } else {
-                rel + 1e-37
-            }
-        };
+        let tol = |i: usize| swiglu_tol(gate[i], want[i]);
         let gb = poisoned(ctx, "gate", &gate)?;
         let ub = kernels::upload_f32(ctx, "up", &up)?;
         let d = prepare(ctx, ks, ks.elementwise_launch(key, &gb, &ub, n)?, key)?;

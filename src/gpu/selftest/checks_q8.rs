@@ -9,9 +9,9 @@ use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
+use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
+use crate::gpu::shaders::{KernelKey, MatvecOut, WeightFormat};
 
 /// `n_tokens` rows of `cols` seeded activations with outliers; the first chunk all zeros (the
 /// d = 0 case).
@@ -77,13 +77,16 @@ fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
     }
 }
 
-/// `matvec_q8` (`rows_layout`: one invocation per row) against the CPU's integer matmul.
+/// `matvec_q8` (`rows_layout`: one invocation per row) against the CPU's integer matmul;
+/// with `out`, the fused output modes: accumulated onto a seeded y (the CPU's dot plus y,
+/// one more rounding), or the rows split across two or three poisoned outputs.
 pub(super) fn matvec_q8(
     ctx: &GpuContext,
     ks: &mut Kernels,
     key: KernelKey,
     ty: WeightFormat,
     rows_layout: bool,
+    out: Option<MatvecOut>,
 ) -> Result<Worst> {
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
@@ -120,21 +123,63 @@ pub(super) fn matvec_q8(
         let xb = kernels::upload_f32(ctx, "x", &x)?;
         let qxb = kernels::upload_u32(ctx, "qx", &vec![0u32; qx_words(n, cols)])?;
         let qdb = kernels::upload_f32(ctx, "qd", &vec![0f32; qd_vec4s(n, cols) * 4])?;
-        let yb = poisoned(ctx, "y", &vec![f32::NAN; n * rows])?;
+        // The output ranges of the stacked rows: [start, end) per output.
+        let s1 = (rows / 3).max(1);
+        let s2 = (2 * rows / 3).max(s1 + 1);
+        let ranges: Vec<(usize, usize)> = match out {
+            None | Some(MatvecOut::Add) => vec![(0, rows)],
+            Some(MatvecOut::Split2) => vec![(0, s1), (s1, rows)],
+            Some(MatvecOut::Split3) => vec![(0, s1), (s1, s2), (s2, rows)],
+        };
+        // Add: y starts from seeded values and the result is y0 + W x.
+        let y0 = match out {
+            Some(MatvecOut::Add) => Rng(0xacc ^ rows as u64).values(n * rows, 3.0),
+            _ => vec![f32::NAN; n * rows],
+        };
+        let ybs = ranges
+            .iter()
+            .map(|&(a, b)| {
+                // [n, b - a]: this output's rows of every token.
+                let init: Vec<f32> = (0..n)
+                    .flat_map(|t| y0[t * rows + a..t * rows + b].to_vec())
+                    .collect();
+                poisoned(ctx, "y", &init)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let launch = |ks: &Kernels| {
+            let target = Q8Target {
+                out,
+                ys: ybs.iter().collect(),
+                y_stride: rows,
+                row_offset: 0,
+                splits: [s1, s2],
+            };
+            ks.matvec_q8_target_launch(&m, 0, &qxb, &qdb, n, target)
+        };
         if small {
-            let l = ks.matvec_q8_launch(&m, &qxb, &qdb, &yb, n, rows, 0)?;
-            ks.max_groups_per_dim = small_grid(&[l])?;
+            ks.max_groups_per_dim = small_grid(&[launch(ks)?])?;
         }
         let dq = ks.prepare(ctx, ks.quantize_act_launch(&xb, &qxb, &qdb, n, cols)?)?;
-        let dm = prepare(
-            ctx,
-            ks,
-            ks.matvec_q8_launch(&m, &qxb, &qdb, &yb, n, rows, 0)?,
-            key,
-        )?;
+        let dm = prepare(ctx, ks, launch(ks)?, key)?;
         kernels::run(ctx, &[&dq, &dm])?;
-        let got = read_guarded(ctx, &yb, n * rows, &mut worst)?;
-        worst.add_all(&got, &want, |i| tol[i]);
+        // Reassemble [n, rows] from the outputs.
+        let mut got = vec![f32::NAN; n * rows];
+        for (yb, &(a, b)) in ybs.iter().zip(&ranges) {
+            let part = read_guarded(ctx, yb, n * (b - a), &mut worst)?;
+            for t in 0..n {
+                got[t * rows + a..t * rows + b]
+                    .copy_from_slice(&part[t * (b - a)..(t + 1) * (b - a)]);
+            }
+        }
+        if out == Some(MatvecOut::Add) {
+            // One more rounding for the addition: u |y0 + dot|.
+            for (i, w) in want.iter_mut().enumerate() {
+                *w += y0[i];
+            }
+            worst.add_all(&got, &want, |i| tol[i] + U * f64::from(want[i]).abs());
+        } else {
+            worst.add_all(&got, &want, |i| tol[i]);
+        }
     }
     Ok(worst)
 }

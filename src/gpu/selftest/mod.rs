@@ -11,6 +11,7 @@
 
 mod checks;
 mod checks_attention;
+mod checks_fused;
 mod checks_prefill;
 mod checks_probe;
 mod checks_q8;
@@ -82,6 +83,15 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::QuantizeAct => ("quantize_act", "-".into()),
         KernelKey::MatvecQ8Rows { ty } => ("matvec_q8_rows", fmt(ty)),
         KernelKey::MatvecQ8 { ty, .. } => ("matvec_q8", format!("{} {reduction}", fmt(ty))),
+        KernelKey::MatvecQ8Out { ty, out, .. } => (
+            "matvec_q8_out",
+            format!("{} {} {reduction}", out.name(), fmt(ty)),
+        ),
+        KernelKey::MatvecQ8RowsOut { ty, out } => {
+            ("matvec_q8_rows_out", format!("{} {}", out.name(), fmt(ty)))
+        }
+        KernelKey::RmsNormQuant { .. } => ("rmsnorm_quant", reduction.to_string()),
+        KernelKey::SwigluQuant => ("swiglu_quant", "-".into()),
         KernelKey::AddBias => ("add_bias", "-".into()),
         KernelKey::KvStore => ("kv_store", "-".into()),
         KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
@@ -304,8 +314,16 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
             checks::matvec(ctx, ks, key, ty)
         }
         KernelKey::QuantizeAct => checks_q8::quantize_act(ctx, ks, key),
-        KernelKey::MatvecQ8 { ty, .. } => checks_q8::matvec_q8(ctx, ks, key, ty, false),
-        KernelKey::MatvecQ8Rows { ty } => checks_q8::matvec_q8(ctx, ks, key, ty, true),
+        KernelKey::MatvecQ8 { ty, .. } => checks_q8::matvec_q8(ctx, ks, key, ty, false, None),
+        KernelKey::MatvecQ8Rows { ty } => checks_q8::matvec_q8(ctx, ks, key, ty, true, None),
+        KernelKey::MatvecQ8Out { ty, out, .. } => {
+            checks_q8::matvec_q8(ctx, ks, key, ty, false, Some(out))
+        }
+        KernelKey::MatvecQ8RowsOut { ty, out } => {
+            checks_q8::matvec_q8(ctx, ks, key, ty, true, Some(out))
+        }
+        KernelKey::RmsNormQuant { .. } => checks_fused::rms_norm_quant(ctx, ks, key),
+        KernelKey::SwigluQuant => checks_fused::swiglu_quant(ctx, ks, key),
         KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
     }
 }

@@ -1,0 +1,19 @@
+// Output of matvec_q8*.wgsl over three matrices stacked by rows (Wq | Wk | Wv): global row
+// g = row_offset + row goes to y: [n_tokens, split1] when below split1, to
+// y1: [n_tokens, split2 - split1] when below split2, else to y2: [n_tokens, y_stride - split2]
+// (y_stride = the stacked matrix's rows).
+
+@group(0) @binding(4) var<storage, read_write> y: array<f32>;
+@group(0) @binding(6) var<storage, read_write> y1: array<f32>;
+@group(0) @binding(7) var<storage, read_write> y2: array<f32>;
+
+fn store_y(t: u32, row: u32, v: f32) {
+    let g = P.row_offset + row;
+    if (g < P.split1) {
+        y[t * P.split1 + g] = v;
+    } else if (g < P.split2) {
+        y1[t * (P.split2 - P.split1) + g - P.split1] = v;
+    } else {
+        y2[t * (P.y_stride - P.split2) + g - P.split2] = v;
+    }
+}

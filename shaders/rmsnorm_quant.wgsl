@@ -1,0 +1,63 @@
+// RMS normalization fused with the 8-bit quantization of its output: `out` gets exactly what
+// rmsnorm.wgsl writes (the same sum, scale and products), and qx / qd exactly what
+// quantize_act.wgsl would make of `out` (the same `quantize_chunk`), so the matmuls that read
+// the normalised vector skip their own pass over it. Rows of n values, n a multiple of 32.
+// Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum) and quantize_chunk.wgsl.
+// One workgroup per row; 2-D dispatch as in matvec.wgsl.
+
+struct RmsNormParams {
+    // row length (a multiple of 32)
+    n: u32,
+    n_rows: u32,
+    eps: f32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+}
+
+// [n_rows, n]
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+// [n]
+@group(0) @binding(1) var<storage, read> weight: array<f32>;
+// [n_rows, n]
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@group(0) @binding(3) var<uniform> P: RmsNormParams;
+// [n_rows, n / 4] words of four int8 codes (quantize_act.wgsl's layout)
+@group(0) @binding(4) var<storage, read_write> qx: array<u32>;
+// [n_rows, n / 32] chunk scales and sums
+@group(0) @binding(5) var<storage, read_write> qd: array<vec4<f32>>;
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let row = wid.x + wid.y * P.groups_x;
+    // Uniform over the workgroup, so no invocation is left waiting in wg_sum.
+    if (row >= P.n_rows) {
+        return;
+    }
+    let base = row * P.n;
+    var ss = 0.0;
+    for (var i = lid; i < P.n; i += WG) {
+        let v = x[base + i];
+        ss += v * v;
+    }
+    let total = wg_sum(ss, lid);
+    let scale = 1.0 / sqrt(total / f32(P.n) + P.eps);
+    // Each invocation normalises and quantizes whole chunks of 32.
+    let nc = P.n / 32u;
+    for (var c = lid; c < nc; c += WG) {
+        var v: array<f32, 32>;
+        for (var j = 0u; j < 32u; j++) {
+            let i = c * 32u + j;
+            v[j] = x[base + i] * scale * weight[i];
+            out[base + i] = v[j];
+        }
+        let q = quantize_chunk(v);
+        let ci = row * nc + c;
+        for (var k = 0u; k < 8u; k++) {
+            qx[ci * 8u + k] = q.w[k];
+        }
+        qd[ci] = q.d;
+    }
+}

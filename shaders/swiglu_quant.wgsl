@@ -1,0 +1,49 @@
+// SwiGLU in place fused with the 8-bit quantization of its result: gate = silu(gate) * up as
+// swiglu.wgsl computes it, and qx / qd exactly what quantize_act.wgsl would make of the new
+// gate (the same `quantize_chunk`), so the down projection skips its own pass over it.
+// n (the element count) is a multiple of 32. Composed after quantize_chunk.wgsl (no
+// reduction): one invocation per chunk of 32; 2-D dispatch as in matvec.wgsl.
+
+override WG: u32 = 64u;
+
+struct ElementwiseParams {
+    n: u32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+    pad0: u32,
+    pad1: u32,
+}
+
+// [n]
+@group(0) @binding(0) var<storage, read_write> gate: array<f32>;
+// [n]
+@group(0) @binding(1) var<storage, read> up: array<f32>;
+@group(0) @binding(2) var<uniform> P: ElementwiseParams;
+// [n / 4] words of four int8 codes (quantize_act.wgsl's layout)
+@group(0) @binding(3) var<storage, read_write> qx: array<u32>;
+// [n / 32] chunk scales and sums
+@group(0) @binding(4) var<storage, read_write> qd: array<vec4<f32>>;
+
+@compute @workgroup_size(WG)
+fn main(
+    @builtin(workgroup_id) wid: vec3<u32>,
+    @builtin(local_invocation_index) lid: u32,
+) {
+    let c = (wid.x + wid.y * P.groups_x) * WG + lid;
+    if (c >= P.n / 32u) {
+        return;
+    }
+    var v: array<f32, 32>;
+    for (var j = 0u; j < 32u; j++) {
+        let i = c * 32u + j;
+        let g = gate[i];
+        // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
+        v[j] = g / (1.0 + exp(-g)) * up[i];
+        gate[i] = v[j];
+    }
+    let q = quantize_chunk(v);
+    for (var k = 0u; k < 8u; k++) {
+        qx[c * 8u + k] = q.w[k];
+    }
+    qd[c] = q.d;
+}
