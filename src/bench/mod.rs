@@ -27,6 +27,7 @@
 //!   "configs": [ {
 //!     "device": str,                 // the --device item, as given
 //!     "device_name": str,            // "cpu" or "gpu:<adapter> (<backend>)"
+//!     "placement": str,              // decode placement, e.g. "c|ccGG|G" (+ " (streamed)")
 //!     "threads": int | null,         // CPU worker threads (null on a GPU)
 //!     "load_ms": float, "ttft_ms": float,
 //!     "prefill_tps": Stat, "decode_tps": Stat,
@@ -121,8 +122,44 @@ pub fn parse_devices(list: &str) -> Result<Vec<(String, DeviceChoice)>> {
     }
     items
         .into_iter()
-        .map(|s| Ok((s.to_string(), DeviceChoice::parse(s)?)))
+        .map(|s| {
+            let (dev, _) = placement_opts(s)?;
+            Ok((s.to_string(), DeviceChoice::parse(dev)?))
+        })
         .collect()
+}
+
+/// (`ngl`, `resident`) of a configuration item.
+pub type PlacementOpts = (Option<usize>, Option<usize>);
+
+/// A configuration item's placement options: `DEVICE[:ngl=N][:resident=N]`. `ngl=N` runs the
+/// last N blocks and the head on the GPU and the rest on the CPU (`--gpu-layers`);
+/// `resident=N` keeps only the last N blocks' weights on the GPU and streams the others
+/// (every block runs there). Returns the device part and (ngl, resident).
+pub fn placement_opts(item: &str) -> Result<(&str, PlacementOpts)> {
+    let mut parts = item.split(':');
+    let dev = parts.next().unwrap_or("").trim();
+    let (mut ngl, mut resident) = (None, None);
+    for opt in parts {
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "{item:?}: {opt:?} is not ngl=N or resident=N (e.g. gpu:ngl=15, gpu:resident=2)"
+            ))
+        };
+        let (k, v) = opt.split_once('=').ok_or_else(bad)?;
+        let n: usize = v.trim().parse().map_err(|_| bad())?;
+        match k.trim() {
+            "ngl" => ngl = Some(n),
+            "resident" => resident = Some(n),
+            _ => return Err(bad()),
+        }
+    }
+    if ngl.is_some() && resident.is_some() {
+        return Err(Error::InvalidArgument(format!(
+            "{item:?}: ngl and resident are alternatives"
+        )));
+    }
+    Ok((dev, (ngl, resident)))
 }
 
 /// Summary statistics of repeated measurements.
@@ -216,6 +253,9 @@ pub struct Memory {
 pub struct ConfigResult {
     pub device: String,
     pub device_name: String,
+    /// The decode placement (`Placement::compact`: embed|blocks|head, `G` GPU, `c` CPU),
+    /// with " (streamed)" when blocks stream their weights.
+    pub placement: String,
     pub threads: Option<usize>,
     pub load_ms: f64,
     pub ttft_ms: f64,
@@ -332,10 +372,27 @@ fn run_config(
     choice: &DeviceChoice,
 ) -> Result<(ConfigResult, ModelSummary)> {
     reset_peak_rss();
+    let (_, (gpu_layers, resident)) = placement_opts(item)?;
+    let resident = match resident {
+        Some(n) => {
+            let g = crate::gguf::Gguf::open(path)?;
+            let n_layer = crate::config::Config::from_gguf(&g)?.n_layer;
+            let mut p = crate::scheduler::Placement::gpu_layers(n, n_layer);
+            p.embed = crate::scheduler::Device::Gpu;
+            p.head = crate::scheduler::Device::Gpu;
+            Some(p)
+        }
+        None => None,
+    };
     let opts = LoadOptions {
         threads: o.threads,
         device: choice.clone(),
         f32_activations: o.f32_activations,
+        gpu_layers,
+        gpu: crate::gpu::GpuLoadOptions {
+            resident,
+            ..Default::default()
+        },
         ..Default::default()
     };
     let t0 = Instant::now();
@@ -385,6 +442,9 @@ fn run_config(
         gpu_session_bytes: gpu_session,
         gpu_total_bytes: gpu_weights.zip(gpu_session).map(|(w, s)| w + s),
     };
+    let device_name = s.backend_name();
+    let streamed = s.gpu_backend().and_then(|b| b.stream_stats()).is_some();
+    let placement = s.exec().placement().decode.compact();
     drop(s);
     let threads = gpu.is_none().then(|| engine_threads(o.threads));
     let probe = if !o.probe {
@@ -416,7 +476,12 @@ fn run_config(
     };
     let result = ConfigResult {
         device: item.to_string(),
-        device_name: model.device_name(),
+        device_name,
+        placement: if streamed {
+            format!("{placement} (streamed)")
+        } else {
+            placement
+        },
         threads,
         load_ms,
         ttft_ms,
@@ -494,5 +559,11 @@ mod tests {
         assert_eq!(d[0].1, DeviceChoice::Cpu);
         assert!(matches!(d[1].1, DeviceChoice::Gpu(_)));
         assert!(parse_devices(" , ").is_err());
+        let d = parse_devices("gpu:ngl=15,gpu:resident=2").unwrap();
+        assert_eq!(placement_opts(&d[0].0).unwrap().1, (Some(15), None));
+        assert_eq!(placement_opts(&d[1].0).unwrap().1, (None, Some(2)));
+        assert!(parse_devices("gpu:ngl=x").is_err());
+        assert!(parse_devices("gpu:foo=1").is_err());
+        assert!(parse_devices("gpu:ngl=1:resident=2").is_err());
     }
 }

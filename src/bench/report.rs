@@ -62,7 +62,7 @@ fn row(c: &ConfigResult) -> [String; 10] {
         ),
     };
     [
-        c.device_name.clone(),
+        format!("{} {}", c.device, c.placement),
         c.threads.map_or("-".into(), |t| t.to_string()),
         format!("{:.1}", c.ttft_ms),
         format!("{:.1} ± {:.1}", c.prefill_tps.mean, c.prefill_tps.sd),
