@@ -180,9 +180,16 @@ impl Kernels {
                 ys.len()
             )));
         }
+        let single = ys.len() == 1;
         for (i, (y, &width)) in ys.iter().zip(&widths).enumerate() {
+            // One output is "y", as the unfused kernels name it; split outputs are y0, y1, ...
+            let name = if single {
+                "y".to_string()
+            } else {
+                format!("y{i}")
+            };
             check(
-                &format!("{what}: y{i}"),
+                &format!("{what}: {name}"),
                 y,
                 n_tokens.saturating_mul(width),
                 4,
