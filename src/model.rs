@@ -1,7 +1,7 @@
 //! The llama-family forward pass, written once against `Backend`.
 //!
-//! It is split into stages (embedding, one transformer block, output head) so the scheduler
-//! can later run each stage on a different backend and move the hidden state between them.
+//! It is split into stages (embedding, one transformer block, output head); the scheduler
+//! (`scheduler::exec`) runs each stage on its backend and moves the hidden state between them.
 
 use crate::backend::{Backend, WeightId};
 use crate::config::Config;
@@ -18,6 +18,25 @@ pub enum Logits {
     All,
     /// The tokens' from index k of this call on (perplexity scores the second half).
     From(usize),
+}
+
+impl Logits {
+    /// The rows (first, count) of a batch of `n` tokens starting at index `start_idx` of a
+    /// call of `n_total` tokens whose logits are wanted, if any.
+    pub fn rows(self, n_total: usize, start_idx: usize, n: usize) -> Option<(usize, usize)> {
+        let done = start_idx + n;
+        match self {
+            Logits::None => None,
+            Logits::Last if done == n_total => Some((n - 1, 1)),
+            Logits::Last => None,
+            Logits::All => Some((0, n)),
+            Logits::From(k) if k < done => {
+                let first = k.saturating_sub(start_idx);
+                Some((first, n - first))
+            }
+            Logits::From(_) => None,
+        }
+    }
 }
 
 /// Activation buffers of one backend for batches of up to `batch` tokens, made once.
@@ -123,86 +142,4 @@ pub fn head_stage<B: Backend>(
         WeightId::Output
     };
     b.matmul(out, &s.h, n_rows, &mut s.logits)
-}
-
-/// Runs `tokens` at positions pos0.. through every layer in batches of at most s.batch
-/// tokens; after each batch, `after(b, s, first_index, n)` may run the head on its rows.
-fn forward_batches<B: Backend>(
-    b: &mut B,
-    cfg: &Config,
-    s: &mut Scratch<B::Act>,
-    tokens: &[u32],
-    pos0: usize,
-    mut after: impl FnMut(&mut B, &mut Scratch<B::Act>, usize, usize) -> Result<()>,
-) -> Result<()> {
-    let mut done = 0;
-    for chunk in tokens.chunks(s.batch) {
-        let n = chunk.len();
-        embed_stage(b, s, chunk)?;
-        for l in 0..cfg.n_layer {
-            layer_stage(b, cfg, s, l, n, pos0 + done)?;
-        }
-        after(b, s, done, n)?;
-        done += n;
-    }
-    Ok(())
-}
-
-/// Runs `tokens` at positions pos0.. through the whole model on one backend, in batches of
-/// at most s.batch tokens, and appends the wanted logits to `logits_out` ([rows, n_vocab]).
-pub fn forward<B: Backend>(
-    b: &mut B,
-    cfg: &Config,
-    s: &mut Scratch<B::Act>,
-    tokens: &[u32],
-    pos0: usize,
-    want: Logits,
-    logits_out: &mut Vec<f32>,
-) -> Result<()> {
-    let n_total = tokens.len();
-    forward_batches(b, cfg, s, tokens, pos0, |b, s, start_idx, n| {
-        let done = start_idx + n;
-        let rows = match want {
-            Logits::None => None,
-            Logits::Last if done == n_total => Some((n - 1, 1)),
-            Logits::Last => None,
-            Logits::All => Some((0, n)),
-            Logits::From(k) if k < done => {
-                let first = k.saturating_sub(start_idx);
-                Some((first, n - first))
-            }
-            Logits::From(_) => None,
-        };
-        if let Some((first, n_rows)) = rows {
-            head_stage(b, cfg, s, first, n_rows)?;
-            let start = logits_out.len();
-            logits_out.resize(start + n_rows * cfg.n_vocab, 0.0);
-            b.read(&s.logits, &mut logits_out[start..])?;
-        }
-        Ok(())
-    })
-}
-
-/// As [`forward`], returning only the most likely next token after the last one (greedy
-/// decoding): the backend reduces the logits where they are, so a GPU reads back one id.
-pub fn forward_argmax<B: Backend>(
-    b: &mut B,
-    cfg: &Config,
-    s: &mut Scratch<B::Act>,
-    tokens: &[u32],
-    pos0: usize,
-) -> Result<u32> {
-    if tokens.is_empty() {
-        return Err(Error::InvalidArgument("no tokens to evaluate".into()));
-    }
-    let n_total = tokens.len();
-    let mut id = None;
-    forward_batches(b, cfg, s, tokens, pos0, |b, s, start_idx, n| {
-        if start_idx + n == n_total {
-            head_stage(b, cfg, s, n - 1, 1)?;
-            id = b.argmax(&s.logits, 1, cfg.n_vocab)?.first().copied();
-        }
-        Ok(())
-    })?;
-    id.ok_or_else(|| Error::InvalidArgument("no logits computed".into()))
 }

@@ -509,19 +509,7 @@ impl Exec {
         let n_vocab = self.cfg.n_vocab;
         let r = pool.install(|| {
             self.run(tokens, pos0, |e, at, start_idx, n| {
-                let done = start_idx + n;
-                let rows = match want {
-                    Logits::None => None,
-                    Logits::Last if done == n_total => Some((n - 1, 1)),
-                    Logits::Last => None,
-                    Logits::All => Some((0, n)),
-                    Logits::From(k) if k < done => {
-                        let first = k.saturating_sub(start_idx);
-                        Some((first, n - first))
-                    }
-                    Logits::From(_) => None,
-                };
-                if let Some((first, n_rows)) = rows {
+                if let Some((first, n_rows)) = want.rows(n_total, start_idx, n) {
                     let t = Instant::now();
                     let d = e.head(at, n_total, n, first, n_rows)?;
                     let start = logits_out.len();
