@@ -271,3 +271,37 @@ fn example_generate_runs() {
     );
     assert!(stdout.contains("tokens, stop: "), "{stdout}");
 }
+
+#[test]
+fn placement_events_follow_the_offload_policy() {
+    // On lavapipe the policy moves layers off the all-GPU start (as in tests/placement.rs);
+    // the stream reports each change, and the last report is where the stages ended.
+    let mut cfg = ModelConfig::new(common::model_path())
+        .device(DeviceChoice::Gpu(memwall::gpu::DeviceSelector::Auto))
+        .n_ctx(256);
+    cfg.options_mut().resample_every = Some(2);
+    let m = cfg.load().unwrap();
+    let mut s = m.session().unwrap();
+    s.set_max_tokens(12);
+    let mut seen = vec![m.placement().clone()];
+    let mut done = None;
+    for ev in s.prompt(PROMPT).unwrap() {
+        match ev.unwrap() {
+            Event::Placement(p) => {
+                assert_ne!(Some(&p), seen.last(), "a placement event without a change");
+                seen.push(p);
+            }
+            Event::Done(d) => done = Some(*d),
+            _ => {}
+        }
+    }
+    let done = done.unwrap();
+    let report = s.engine().exec().policy_report().unwrap();
+    assert!(
+        !report.migrations.is_empty(),
+        "the policy never moved anything"
+    );
+    assert!(seen.len() > 1, "no placement event");
+    assert_eq!(seen.last(), Some(&done.placement));
+    assert_eq!(&done.placement, s.engine().exec().placement());
+}
