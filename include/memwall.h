@@ -63,6 +63,12 @@ typedef struct memwall_config {
     uint64_t seed;
 } memwall_config;
 
+/* One message of a conversation. */
+typedef struct memwall_message {
+    const char *role;    /* "system", "user", "assistant", ... */
+    const char *content;
+} memwall_message;
+
 typedef struct memwall_model memwall_model;
 typedef struct memwall_session memwall_session;
 
@@ -111,6 +117,14 @@ int32_t memwall_session_reset(memwall_session *session);
  * is produced. Returns a memwall_stop (>= 0) or a negative memwall_status. */
 int32_t memwall_generate(memwall_session *session, const char *prompt, int32_t max_tokens,
                          memwall_token_callback callback, void *user_data);
+
+/* Generates the assistant's reply to the conversation `messages[0..n_messages]`, rendered
+ * with the model's chat template. When the session already holds the earlier turns, only
+ * the new part is evaluated; otherwise its context starts over. Returns a memwall_stop
+ * (>= 0) or a negative memwall_status. */
+int32_t memwall_generate_chat(memwall_session *session, const memwall_message *messages,
+                              size_t n_messages, int32_t max_tokens,
+                              memwall_token_callback callback, void *user_data);
 
 /* Stops the generation running on `session`, from any thread, before its next token or
  * prompt batch (it then returns MEMWALL_STOP_CANCELLED). memwall_generate clears the request

@@ -311,34 +311,104 @@ pub unsafe extern "C" fn memwall_generate(
             })?;
             let mut inner = lock(s)?;
             inner.set_max_tokens(max);
-            let mut stream = inner.prompt(prompt)?;
-            let mut buf = Vec::new();
-            while let Some(ev) = stream.next() {
-                let (text, id) = match ev? {
-                    Event::Done(done) => return Ok(stop_code(done.stop)),
-                    Event::Token { id, text } => (text, id as i32),
-                    Event::Text(text) => (text, -1),
-                    _ => continue,
-                };
-                let Some(cb) = callback else { continue };
-                if text.is_empty() {
-                    continue;
-                }
-                buf.clear();
-                buf.extend_from_slice(text.as_bytes());
-                buf.push(0);
-                // SAFETY: `buf` is NUL-terminated and lives through the call; the callback's
-                // contract is the caller's.
-                if unsafe { cb(buf.as_ptr().cast(), text.len(), id, user_data) } == 0 {
-                    stream.stop();
-                }
-            }
-            Err(CError::new(
-                guard::ERR_INTERNAL,
-                "the generation ended without a summary",
-            ))
+            let stream = inner.prompt(prompt)?;
+            // SAFETY: the callback's contract is the caller's.
+            unsafe { run_stream(stream, callback, user_data) }
         },
     )
+}
+
+/// One message of a conversation (`memwall_message` in memwall.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct memwall_message {
+    /// "system", "user", "assistant", ...
+    pub role: *const c_char,
+    pub content: *const c_char,
+}
+
+/// Generates the assistant's reply to a conversation rendered with the model's chat
+/// template. When the session holds the earlier turns, only the new part is evaluated;
+/// otherwise the context starts over. Returns a `memwall_stop` (>= 0) or a negative status.
+///
+/// # Safety
+/// `session` is a live session; `messages` points to `n_messages` messages whose strings
+/// are NUL-terminated; `callback` as for `memwall_generate`.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_generate_chat(
+    session: *mut memwall_session,
+    messages: *const memwall_message,
+    n_messages: usize,
+    max_tokens: i32,
+    callback: Option<memwall_token_callback>,
+    user_data: *mut c_void,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            if messages.is_null() || n_messages == 0 {
+                return Err(CError::new(ERR_INVALID_ARGUMENT, "no messages"));
+            }
+            // SAFETY: `n_messages` readable messages by the contract.
+            let raw = unsafe { std::slice::from_raw_parts(messages, n_messages) };
+            let mut msgs = Vec::with_capacity(raw.len());
+            for (i, m) in raw.iter().enumerate() {
+                // SAFETY: NUL-terminated strings by the contract.
+                let role = unsafe { c_str(m.role, &format!("messages[{i}].role")) }?;
+                let content = unsafe { c_str(m.content, &format!("messages[{i}].content")) }?;
+                msgs.push(api::ChatMessage::new(role, content));
+            }
+            let max = usize::try_from(max_tokens).map_err(|_| {
+                CError::new(
+                    ERR_INVALID_ARGUMENT,
+                    format!("max_tokens {max_tokens} is negative"),
+                )
+            })?;
+            let mut inner = lock(s)?;
+            inner.set_max_tokens(max);
+            let stream = inner.chat(&msgs)?;
+            // SAFETY: the callback's contract is the caller's.
+            unsafe { run_stream(stream, callback, user_data) }
+        },
+    )
+}
+
+/// Runs a generation, handing each piece of text to `callback`; returns the stop code.
+///
+/// # Safety
+/// `callback` is NULL or a function that does not unwind.
+unsafe fn run_stream(
+    mut stream: api::TokenStream<'_>,
+    callback: Option<memwall_token_callback>,
+    user_data: *mut c_void,
+) -> Result<i32, CError> {
+    let mut buf = Vec::new();
+    while let Some(ev) = stream.next() {
+        let (text, id) = match ev? {
+            Event::Done(done) => return Ok(stop_code(done.stop)),
+            Event::Token { id, text } => (text, id as i32),
+            Event::Text(text) => (text, -1),
+            _ => continue,
+        };
+        let Some(cb) = callback else { continue };
+        if text.is_empty() {
+            continue;
+        }
+        buf.clear();
+        buf.extend_from_slice(text.as_bytes());
+        buf.push(0);
+        // SAFETY: `buf` is NUL-terminated and lives through the call; the callback's
+        // contract is the caller's.
+        if unsafe { cb(buf.as_ptr().cast(), text.len(), id, user_data) } == 0 {
+            stream.stop();
+        }
+    }
+    Err(CError::new(
+        guard::ERR_INTERNAL,
+        "the generation ended without a summary",
+    ))
 }
 
 fn stop_code(s: StopReason) -> i32 {

@@ -101,3 +101,60 @@ fn cancel_from_another_thread_and_busy_session() {
         memwall_model_free(m);
     }
 }
+
+unsafe extern "C" fn collect(text: *const c_char, len: usize, _id: i32, user: *mut c_void) -> i32 {
+    // SAFETY: `user` is the String the test passes; `text` has `len` bytes.
+    let out = unsafe { &mut *(user as *mut String) };
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    out.push_str(&String::from_utf8_lossy(bytes));
+    1
+}
+
+#[test]
+fn chat_matches_the_rust_api() {
+    let path = CString::new(common::model_path().to_str().unwrap()).unwrap();
+    let cpu = CString::new("cpu").unwrap();
+    let mut cfg = memwall_config_default();
+    cfg.device = cpu.as_ptr();
+    cfg.n_ctx = 256;
+    let (role, content) = ("user", "What is the capital of France?");
+    let (r, c) = (CString::new(role).unwrap(), CString::new(content).unwrap());
+    let msgs = [memwall_message {
+        role: r.as_ptr(),
+        content: c.as_ptr(),
+    }];
+    let mut text = String::new();
+    unsafe {
+        let m = memwall_model_load(path.as_ptr(), &cfg);
+        assert!(!m.is_null(), "{}", last_error());
+        let s = memwall_session_new(m, std::ptr::null());
+        let code = memwall_generate_chat(
+            s,
+            msgs.as_ptr(),
+            1,
+            16,
+            Some(collect),
+            (&mut text as *mut String).cast(),
+        );
+        assert!(code >= 0, "{}", last_error());
+        let bad = memwall_generate_chat(s, msgs.as_ptr(), 0, 16, None, std::ptr::null_mut());
+        assert_eq!(bad, -1);
+        assert!(last_error().contains("no messages"), "{}", last_error());
+        memwall_session_free(s);
+        memwall_model_free(m);
+    }
+    let m2 = memwall::api::ModelConfig::new(common::model_path())
+        .device(memwall::api::DeviceChoice::Cpu)
+        .n_ctx(256)
+        .load()
+        .unwrap();
+    let mut rs = m2.session().unwrap();
+    rs.set_max_tokens(16);
+    let expected = rs
+        .chat(&[memwall::api::ChatMessage::new(role, content)])
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(!expected.text.is_empty());
+    assert_eq!(text, expected.text);
+}

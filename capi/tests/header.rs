@@ -1,6 +1,6 @@
 //! include/memwall.h is in sync with the library: every `#[no_mangle]` function of
 //! capi/src/lib.rs has a prototype with the same parameter count and vice versa, the
-//! `memwall_config` fields are the same in the same order, and the status codes have the
+//! `memwall_config` and `memwall_message` fields are the same in the same order, and the status codes have the
 //! values the library returns.
 
 mod common;
@@ -106,10 +106,14 @@ fn prototypes_match_exports() {
 }
 
 #[test]
-fn config_fields_match() {
+fn struct_fields_match() {
     let c = struct_fields(&read("include/memwall.h"), "memwall_config", false);
     let r = struct_fields(&read("capi/src/lib.rs"), "memwall_config", true);
     assert!(c.len() >= 5, "{c:?}");
+    assert_eq!(c, r);
+    let c = struct_fields(&read("include/memwall.h"), "memwall_message", false);
+    let r = struct_fields(&read("capi/src/lib.rs"), "memwall_message", true);
+    assert_eq!(c, ["role", "content"]);
     assert_eq!(c, r);
 }
 
