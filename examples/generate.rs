@@ -1,41 +1,54 @@
-//! Generate text with the public API only.
+//! Generate text with the public embedding API (`memwall::api`) only: a model config, a
+//! session, a token stream, and a cancel handle that a second thread could use.
 //!
-//!     cargo run --release --example generate -- [MODEL.gguf] ["prompt"]
+//!     cargo run --release --example generate -- [MODEL.gguf] ["prompt"] [--chat]
 //!
-//! Without arguments it uses the test model that scripts/fetch-model.sh caches.
+//! Without a model argument it uses $MEMWALL_MODEL, else the test model that
+//! scripts/fetch-model.sh caches.
 
 use std::io::Write;
-use std::sync::Arc;
 
-use memwall::engine::{default_model_path, LoadOptions, Model};
-use memwall::sampler::{Sampler, SamplerParams};
+use memwall::api::{ChatMessage, Event, ModelConfig};
 
 fn main() -> memwall::Result<()> {
-    let mut args = std::env::args().skip(1);
-    let path = args
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let chat = args.iter().any(|a| a == "--chat");
+    let mut rest = args.iter().filter(|a| *a != "--chat");
+    let path = rest
         .next()
         .map(Into::into)
-        .unwrap_or_else(default_model_path);
-    let prompt = args
-        .next()
-        .unwrap_or_else(|| "The three primary colors are".to_string());
+        .unwrap_or_else(memwall::api::default_model_path);
+    let prompt = rest.next().map_or("The three primary colors are", |s| s);
 
-    let model = Arc::new(Model::load(&path, &LoadOptions::default())?);
-    let ids = model.tokenizer().encode(&prompt, true, true);
-    let mut session = model.session(1024)?;
-    let mut sampler = Sampler::new(SamplerParams::greedy())?;
+    let model = ModelConfig::new(&path).n_ctx(1024).load()?;
+    eprintln!("device: {}", model.device_name());
+    let mut session = model.session()?;
+    session.set_max_tokens(48);
+    // Clone this into another thread (a UI's stop button) to end the generation early.
+    let _cancel = session.cancel_handle();
 
-    print!("{prompt}");
-    let out = session.generate(&ids, 48, &mut sampler, 0, |piece| {
-        print!("{piece}");
-        std::io::stdout().flush().is_ok()
-    })?;
-    println!(
-        "\n[{} tokens, stop: {:?}, prefill {:.1} tok/s, decode {:.1} tok/s]",
-        out.generated_ids.len(),
-        out.stop,
-        out.timings.prefill_tps,
-        out.timings.decode_tps
-    );
+    let stream = if chat {
+        session.chat(&[ChatMessage::new("user", prompt)])?
+    } else {
+        print!("{prompt}");
+        session.prompt(prompt)?
+    };
+    for event in stream {
+        match event? {
+            Event::Done(done) => println!(
+                "\n[{} tokens, stop: {:?}, prefill {:.1} tok/s, decode {:.1} tok/s, on {}]",
+                done.generated_ids.len(),
+                done.stop,
+                done.timings.prefill_tps,
+                done.timings.decode_tps,
+                done.device
+            ),
+            Event::Placement(p) => eprintln!("\n[moved: decode {}]", p.decode.compact()),
+            other => {
+                print!("{}", other.text());
+                let _ = std::io::stdout().flush();
+            }
+        }
+    }
     Ok(())
 }

@@ -7,12 +7,14 @@ use std::time::{Duration, Instant};
 use crate::config::Config;
 use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
+pub use crate::generate::Generator;
+use crate::generate::Step;
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
 use crate::model::Logits;
-use crate::sampler::{top_probs, Sampler};
+use crate::sampler::Sampler;
 use crate::scheduler::{Device, Exec, PhasePlacement, Placement};
-use crate::tokenizer::{StreamDecoder, Tokenizer};
+use crate::tokenizer::Tokenizer;
 
 /// Where the model runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -361,7 +363,7 @@ pub enum StopReason {
     Limit,
     /// The context is full.
     ContextFull,
-    /// The caller's callback asked to stop.
+    /// The caller stopped it (a callback returning false, a cancel handle).
     Cancelled,
 }
 
@@ -398,7 +400,7 @@ pub struct Session {
 
 /// Tokens per forward batch in prefill: large enough to read each weight once for many
 /// tokens, small enough to keep the activations in cache.
-const PREFILL_BATCH: usize = 64;
+pub(crate) const PREFILL_BATCH: usize = 64;
 
 impl Session {
     pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
@@ -509,7 +511,7 @@ impl Session {
 
     /// Generates up to `max_new` tokens after `prompt` (evaluated on top of what the session
     /// holds), calling `on_text` with each new piece of text as soon as it is complete UTF-8;
-    /// `on_text` returns false to stop.
+    /// `on_text` returns false to stop. The callback form of [`Generator`].
     pub fn generate(
         &mut self,
         prompt: &[u32],
@@ -518,94 +520,23 @@ impl Session {
         n_probs: usize,
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        if prompt.is_empty() {
-            return Err(Error::InvalidArgument("the prompt is empty".into()));
-        }
-        if self.tokens.len() + prompt.len() > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                n_prompt: self.tokens.len() + prompt.len(),
-                n_ctx: self.n_ctx,
-            });
-        }
-        let model = self.model.clone();
-        let tok = model.tokenizer();
-        let mut out = Generation {
-            generated_ids: Vec::new(),
-            text: String::new(),
-            top_probs: Vec::new(),
-            stop: StopReason::Limit,
-            timings: Timings {
-                load_ms: model.load_time.as_secs_f64() * 1e3,
-                n_prompt: prompt.len(),
-                ..Default::default()
-            },
-        };
-        // Greedy decoding without top-k reporting needs only the argmax: the backend picks it
-        // where the logits are (on a GPU, one id comes back instead of the vocabulary).
-        let greedy = n_probs == 0 && sampler.is_greedy();
-        let step = |s: &mut Session, ids: &[u32]| -> Result<(Vec<f32>, Option<u32>)> {
-            if greedy {
-                Ok((Vec::new(), Some(s.eval_argmax(ids)?)))
-            } else {
-                Ok((s.eval(ids, Logits::Last)?, None))
-            }
-        };
-        let t0 = Instant::now();
-        let (mut logits, mut picked) = step(self, prompt)?;
-        let prefill = t0.elapsed();
-        out.timings.prefill_tps = prompt.len() as f64 / prefill.as_secs_f64().max(1e-9);
-        let mut decoder = StreamDecoder::new(tok, false);
-        let mut history = self.tokens.clone();
-        let mut t_decode = Duration::ZERO;
+        let mut g = Generator::new(self, sampler, prompt, max_new, n_probs)?;
         loop {
-            if out.generated_ids.len() >= max_new {
-                out.stop = StopReason::Limit;
-                break;
+            match g.step()? {
+                Step::Prefill { .. } => {}
+                Step::Token { text, .. } => {
+                    if !text.is_empty() && !on_text(&text) {
+                        g.stop(StopReason::Cancelled);
+                    }
+                }
+                Step::Done { text, .. } => {
+                    if !text.is_empty() {
+                        on_text(&text);
+                    }
+                    return Ok(g.into_generation());
+                }
             }
-            let id = match picked {
-                Some(id) => id,
-                None => sampler.sample(&logits, &history),
-            };
-            if out.generated_ids.is_empty() {
-                out.timings.ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
-            }
-            if n_probs > 0 {
-                out.top_probs.push(top_probs(&logits, n_probs));
-            }
-            out.generated_ids.push(id);
-            history.push(id);
-            if tok.is_eog(id) {
-                out.stop = StopReason::Eog;
-                break;
-            }
-            let piece = decoder.push(id);
-            out.text.push_str(&piece);
-            if !piece.is_empty() && !on_text(&piece) {
-                out.stop = StopReason::Cancelled;
-                break;
-            }
-            if out.generated_ids.len() >= max_new {
-                out.stop = StopReason::Limit;
-                break;
-            }
-            if self.tokens.len() >= self.n_ctx {
-                out.stop = StopReason::ContextFull;
-                break;
-            }
-            let t = Instant::now();
-            (logits, picked) = step(self, &[id])?;
-            t_decode += t.elapsed();
-            out.timings.n_decoded += 1;
         }
-        let rest = decoder.flush();
-        if !rest.is_empty() {
-            out.text.push_str(&rest);
-            on_text(&rest);
-        }
-        if out.timings.n_decoded > 0 {
-            out.timings.decode_tps = out.timings.n_decoded as f64 / t_decode.as_secs_f64();
-        }
-        Ok(out)
     }
 }
 

@@ -1,6 +1,7 @@
 //! memwall: LLM inference for phone and desktop GPUs through wgpu, with a CPU path that can run
 //! any layer. See README.md for the tour and `../shared/DESIGN.md` for the architecture.
 
+pub mod api;
 pub mod backend;
 pub mod bench;
 pub mod chat;
@@ -10,6 +11,7 @@ pub mod cpu;
 pub mod cpu_backend;
 pub mod engine;
 pub mod error;
+pub mod generate;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod gpu;

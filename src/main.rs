@@ -3,12 +3,12 @@
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use clap::{Args, Parser, Subcommand};
+use memwall::api;
 use memwall::chat::ChatMessage;
-use memwall::engine::{LoadOptions, Model};
-use memwall::sampler::{Sampler, SamplerParams};
+use memwall::engine::LoadOptions;
+use memwall::sampler::SamplerParams;
 
 #[derive(Parser)]
 #[command(
@@ -318,7 +318,7 @@ fn main() -> ExitCode {
 
 /// Loads the model for a run with a context of `n_ctx` tokens (0: the model's default; the
 /// GPU budget is planned for it).
-fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<Arc<Model>> {
+fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Model> {
     let path = args.path();
     let opts = LoadOptions {
         threads: args.threads,
@@ -347,12 +347,13 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<Arc<Mode
         pb.set_message(path.display().to_string());
         pb
     });
-    let model = Model::load_with_progress(&path, &opts, &mut |done, total| {
-        if let Some(pb) = &bar {
-            pb.set_length(total);
-            pb.set_position(done);
-        }
-    });
+    let model =
+        api::ModelConfig::with_options(&path, opts).load_with_progress(&mut |done, total| {
+            if let Some(pb) = &bar {
+                pb.set_length(total);
+                pb.set_position(done);
+            }
+        });
     if let Some(pb) = bar {
         pb.finish_and_clear();
     }
@@ -362,12 +363,12 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<Arc<Mode
             eprintln!("{note}");
         }
     }
-    if let Some(g) = model.gpu() {
+    if let Some(g) = model.engine().gpu() {
         for w in &g.warnings {
             eprintln!("warning: {w}");
         }
     }
-    Ok(Arc::new(model))
+    Ok(model)
 }
 
 fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
@@ -396,10 +397,11 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
                 source,
             })?;
             let model = load(&model, ctx, json)?;
+            let model = model.engine();
             let ids = model.tokenizer().encode(&text, true, false);
             let tty = !json && std::io::stderr().is_terminal();
             let n_chunks = ids.len() / ctx.max(1);
-            let r = memwall::engine::perplexity(&model, &ids, ctx, |i, p| {
+            let r = memwall::engine::perplexity(model, &ids, ctx, |i, p| {
                 if tty {
                     eprint!("\r[{}/{}] running PPL {p:.4}", i + 1, n_chunks);
                 }
@@ -654,7 +656,8 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             .map(|d| d.as_nanos() as u64)
             .unwrap_or(0)
     });
-    let mut sampler = Sampler::new(SamplerParams {
+    let mut session = model.session()?;
+    session.set_sampler(SamplerParams {
         temperature: a.temp,
         top_k: a.top_k,
         top_p: a.top_p,
@@ -663,27 +666,34 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         repeat_last_n: 64,
         seed,
     })?;
-    let prompt_text = if a.chat {
-        model.render_chat(&[ChatMessage {
-            role: "user".into(),
-            content: a.prompt.clone(),
-        }])?
-    } else {
-        a.prompt.clone()
-    };
-    let prompt = model.tokenizer().encode(&prompt_text, true, true);
-    let mut session = model.session(a.ctx)?;
+    session.set_max_tokens(a.n_predict);
+    session.set_n_probs(a.n_probs);
     let json = a.json;
     let mut stdout = std::io::stdout();
-    let gen = session.generate(&prompt, a.n_predict, &mut sampler, a.n_probs, |piece| {
-        if !json {
+    let mut stream = if a.chat {
+        session.chat(&[ChatMessage::new("user", a.prompt.clone())])?
+    } else {
+        session.prompt(&a.prompt)?
+    };
+    let mut gen = None;
+    while let Some(ev) = stream.next() {
+        match ev? {
+            api::Event::Done(done) => gen = Some(*done),
             // A closed pipe ends the generation instead of failing it.
-            if stdout.write_all(piece.as_bytes()).is_err() || stdout.flush().is_err() {
-                return false;
+            ev if !json
+                && !ev.text().is_empty()
+                && (stdout.write_all(ev.text().as_bytes()).is_err() || stdout.flush().is_err()) =>
+            {
+                stream.stop()
             }
+            _ => {}
         }
-        true
-    })?;
+    }
+    drop(stream);
+    let gen = gen.ok_or_else(|| memwall::Error::InvalidArgument("no generation".into()))?;
+    let prompt = &gen.prompt_ids;
+    let session = session.engine();
+    let model = model.engine();
     let t = &gen.timings;
     if json {
         let mut obj = serde_json::json!({

@@ -11,7 +11,7 @@ mod unicode;
 
 use std::collections::{BTreeSet, HashMap};
 
-pub use stream::StreamDecoder;
+pub use stream::{StreamDecoder, Utf8Stream};
 
 /// Token attributes, the same bits as llama.cpp's `llama_token_attr`.
 mod attr {

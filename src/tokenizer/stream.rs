@@ -10,8 +10,7 @@ use super::Tokenizer;
 pub struct StreamDecoder<'a> {
     tok: &'a Tokenizer,
     special: bool,
-    /// Undecoded bytes: at most an incomplete UTF-8 sequence between calls.
-    pending: Vec<u8>,
+    bytes: Utf8Stream,
 }
 
 impl<'a> StreamDecoder<'a> {
@@ -20,14 +19,33 @@ impl<'a> StreamDecoder<'a> {
         StreamDecoder {
             tok,
             special,
-            pending: Vec::new(),
+            bytes: Utf8Stream::default(),
         }
     }
 
     /// Adds one token; returns the text that is now complete (possibly empty).
     pub fn push(&mut self, id: u32) -> String {
-        self.pending
-            .extend_from_slice(&self.tok.decode_token(id, self.special));
+        self.bytes.push(&self.tok.decode_token(id, self.special))
+    }
+
+    /// Returns whatever is still held, lossily (an incomplete sequence becomes U+FFFD).
+    pub fn flush(&mut self) -> String {
+        self.bytes.flush()
+    }
+}
+
+/// The byte half of [`StreamDecoder`], owning no tokenizer (a generator that lives next to
+/// its model keeps one): push bytes, get back only complete UTF-8 text.
+#[derive(Debug, Default, Clone)]
+pub struct Utf8Stream {
+    /// Undecoded bytes: at most an incomplete UTF-8 sequence between calls.
+    pending: Vec<u8>,
+}
+
+impl Utf8Stream {
+    /// Adds bytes; returns the text that is now complete (possibly empty).
+    pub fn push(&mut self, bytes: &[u8]) -> String {
+        self.pending.extend_from_slice(bytes);
         let mut out = String::new();
         loop {
             match std::str::from_utf8(&self.pending) {

@@ -1,0 +1,439 @@
+//! memwall's C API (include/memwall.h) for apps: Android through JNI, iOS through Swift.
+//!
+//! Every entry point checks its pointers, runs inside [`guard::guard`] (no panic and no Rust
+//! error crosses the boundary: both become a negative `memwall_status` and a message for
+//! `memwall_last_error`), and is built on `memwall::api`, the API the CLI uses.
+#![allow(non_camel_case_types)]
+
+mod guard;
+
+use std::ffi::{c_char, c_void};
+use std::sync::{Mutex, TryLockError};
+
+use memwall::api::{self, CancelHandle, DeviceChoice, Event, SamplerParams, StopReason};
+
+use guard::{c_str, guard, obj, CError, ERR_BUFFER_TOO_SMALL, ERR_BUSY, ERR_INVALID_ARGUMENT};
+
+/// How to load a model and sample from it (`memwall_config` in memwall.h; same field order).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct memwall_config {
+    /// "auto", "cpu", "gpu", an adapter index or a name substring; NULL means "auto".
+    pub device: *const c_char,
+    /// Bytes of GPU memory the model may use; 0: no budget (every stage on the GPU).
+    pub gpu_mem_budget: u64,
+    /// Context in tokens; 0: the model's, capped at 4096.
+    pub n_ctx: u32,
+    /// CPU worker threads; 0: every core.
+    pub n_threads: u32,
+    /// 0 or below: greedy.
+    pub temperature: f32,
+    pub top_k: u32,
+    pub top_p: f32,
+    pub min_p: f32,
+    pub repeat_penalty: f32,
+    pub seed: u64,
+}
+
+/// A loaded model and the sampling its sessions start with.
+pub struct memwall_model {
+    model: api::Model,
+    sampler: SamplerParams,
+}
+
+/// A conversation. The cancel flag sits outside the lock so `memwall_cancel` works while
+/// `memwall_generate` holds it on another thread.
+pub struct memwall_session {
+    cancel: CancelHandle,
+    inner: Mutex<api::Session>,
+}
+
+/// Receives each piece of generated text (`len` bytes of UTF-8, also NUL-terminated) and
+/// its token id (-1 for text at the end that no token completed); returns nonzero to go on.
+pub type memwall_token_callback = unsafe extern "C" fn(
+    text: *const c_char,
+    len: usize,
+    token: i32,
+    user_data: *mut c_void,
+) -> i32;
+
+fn sampler_of(c: &memwall_config) -> SamplerParams {
+    SamplerParams {
+        temperature: c.temperature,
+        top_k: c.top_k as usize,
+        top_p: c.top_p,
+        min_p: c.min_p,
+        repeat_penalty: c.repeat_penalty,
+        seed: c.seed,
+        ..SamplerParams::default()
+    }
+}
+
+/// The version of the library, e.g. "0.1.0".
+#[no_mangle]
+pub extern "C" fn memwall_version() -> *const c_char {
+    concat!(env!("CARGO_PKG_VERSION"), "\0").as_ptr().cast()
+}
+
+/// The message of this thread's last failed call ("" if it succeeded); valid until this
+/// thread's next memwall call.
+#[no_mangle]
+pub extern "C" fn memwall_last_error() -> *const c_char {
+    guard::last_error_ptr()
+}
+
+/// The defaults: device auto, no GPU budget, the model's context, every core, greedy.
+#[no_mangle]
+pub extern "C" fn memwall_config_default() -> memwall_config {
+    let s = SamplerParams::greedy();
+    memwall_config {
+        device: std::ptr::null(),
+        gpu_mem_budget: 0,
+        n_ctx: 0,
+        n_threads: 0,
+        temperature: s.temperature,
+        top_k: s.top_k as u32,
+        top_p: s.top_p,
+        min_p: s.min_p,
+        repeat_penalty: s.repeat_penalty,
+        seed: s.seed,
+    }
+}
+
+/// Loads a GGUF model; NULL on error (see `memwall_last_error`). `config` NULL: defaults.
+///
+/// # Safety
+/// `path` is a NUL-terminated string; `config` is NULL or points to a `memwall_config`
+/// whose `device` is NULL or a NUL-terminated string.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_model_load(
+    path: *const c_char,
+    config: *const memwall_config,
+) -> *mut memwall_model {
+    guard(
+        |_| std::ptr::null_mut(),
+        || {
+            // SAFETY: the function's contract.
+            let path = unsafe { c_str(path, "path") }?;
+            let c = match unsafe { config.as_ref() } {
+                Some(c) => *c,
+                None => memwall_config_default(),
+            };
+            let mut cfg = api::ModelConfig::new(path).n_ctx(c.n_ctx as usize);
+            if !c.device.is_null() {
+                // SAFETY: non-NULL, NUL-terminated by the contract.
+                let d = unsafe { c_str(c.device, "config.device") }?;
+                cfg = cfg.device(DeviceChoice::parse(d)?);
+            }
+            if c.gpu_mem_budget > 0 {
+                cfg = cfg.gpu_mem_budget(c.gpu_mem_budget);
+            }
+            if c.n_threads > 0 {
+                cfg = cfg.threads(c.n_threads as usize);
+            }
+            let sampler = sampler_of(&c);
+            sampler.validate()?;
+            let model = cfg.load()?;
+            Ok(Box::into_raw(Box::new(memwall_model { model, sampler })))
+        },
+    )
+}
+
+/// Frees a model (NULL is ignored). Its sessions must be freed first.
+///
+/// # Safety
+/// `model` is NULL or was returned by `memwall_model_load` and not freed.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_model_free(model: *mut memwall_model) {
+    guard(
+        |_| (),
+        || {
+            if !model.is_null() {
+                // SAFETY: the pointer came from Box::into_raw and is freed once.
+                drop(unsafe { Box::from_raw(model) });
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Tokenizes `text` into `out` (capacity `cap`); returns the number of tokens, or a negative
+/// status (MEMWALL_ERR_BUFFER_TOO_SMALL when more than `cap`). With `out` NULL and `cap` 0
+/// it returns the number of tokens only. `add_special`: start with BOS as a context does.
+///
+/// # Safety
+/// `model` is a live model; `text` a NUL-terminated string; `out` NULL or `cap` writable
+/// `uint32_t`s.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_tokenize(
+    model: *const memwall_model,
+    text: *const c_char,
+    add_special: i32,
+    out: *mut u32,
+    cap: i32,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let m = unsafe { obj(model, "model") }?;
+            let text = unsafe { c_str(text, "text") }?;
+            if cap < 0 || (out.is_null() && cap != 0) {
+                return Err(CError::new(
+                    ERR_INVALID_ARGUMENT,
+                    format!("out is NULL or cap {cap} is negative"),
+                ));
+            }
+            let ids = m.model.tokenize(text, add_special != 0);
+            let n = i32::try_from(ids.len())
+                .map_err(|_| CError::new(ERR_INVALID_ARGUMENT, "text has too many tokens"))?;
+            if out.is_null() {
+                return Ok(n);
+            }
+            if n > cap {
+                return Err(CError::new(
+                    ERR_BUFFER_TOO_SMALL,
+                    format!("{n} tokens do not fit the buffer of {cap}"),
+                ));
+            }
+            // SAFETY: `out` has room for `cap` >= n ids by the contract.
+            unsafe { std::ptr::copy_nonoverlapping(ids.as_ptr(), out, ids.len()) };
+            Ok(n)
+        },
+    )
+}
+
+/// Starts a conversation; NULL on error. `config` NULL: the sampling the model was loaded
+/// with (its device, budget, context and threads fields are not read here).
+///
+/// # Safety
+/// `model` is a live model that outlives the session; `config` NULL or a `memwall_config`.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_new(
+    model: *const memwall_model,
+    config: *const memwall_config,
+) -> *mut memwall_session {
+    guard(
+        |_| std::ptr::null_mut(),
+        || {
+            // SAFETY: the function's contract.
+            let m = unsafe { obj(model, "model") }?;
+            let sampler = match unsafe { config.as_ref() } {
+                Some(c) => sampler_of(c),
+                None => m.sampler.clone(),
+            };
+            let mut s = m.model.session()?;
+            s.set_sampler(sampler)?;
+            Ok(Box::into_raw(Box::new(memwall_session {
+                cancel: s.cancel_handle(),
+                inner: Mutex::new(s),
+            })))
+        },
+    )
+}
+
+/// Frees a session (NULL is ignored); no call on it may be running.
+///
+/// # Safety
+/// `session` is NULL or was returned by `memwall_session_new` and not freed.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_free(session: *mut memwall_session) {
+    guard(
+        |_| (),
+        || {
+            if !session.is_null() {
+                // SAFETY: the pointer came from Box::into_raw and is freed once.
+                drop(unsafe { Box::from_raw(session) });
+            }
+            Ok(())
+        },
+    )
+}
+
+/// Locks a session for a call; a second call at the same time is an error, not a wait.
+fn lock(s: &memwall_session) -> Result<std::sync::MutexGuard<'_, api::Session>, CError> {
+    match s.inner.try_lock() {
+        Ok(g) => Ok(g),
+        Err(TryLockError::WouldBlock) => Err(CError::new(
+            ERR_BUSY,
+            "the session is busy with a call on another thread",
+        )),
+        Err(TryLockError::Poisoned(_)) => Err(CError::new(
+            guard::ERR_INTERNAL,
+            "the session is unusable after an internal error",
+        )),
+    }
+}
+
+/// Forgets the session's context.
+///
+/// # Safety
+/// `session` is a live session.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_reset(session: *mut memwall_session) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            lock(s)?.reset();
+            Ok(guard::OK)
+        },
+    )
+}
+
+/// Generates up to `max_tokens` after `prompt` (appended to the session's context), calling
+/// `callback` (may be NULL) with each piece of text. Returns how it stopped (a
+/// `memwall_stop`, >= 0) or a negative status.
+///
+/// # Safety
+/// `session` is a live session; `prompt` a NUL-terminated string; `callback` NULL or a
+/// function that does not unwind; `user_data` is passed to it untouched.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_generate(
+    session: *mut memwall_session,
+    prompt: *const c_char,
+    max_tokens: i32,
+    callback: Option<memwall_token_callback>,
+    user_data: *mut c_void,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            let prompt = unsafe { c_str(prompt, "prompt") }?;
+            let max = usize::try_from(max_tokens).map_err(|_| {
+                CError::new(
+                    ERR_INVALID_ARGUMENT,
+                    format!("max_tokens {max_tokens} is negative"),
+                )
+            })?;
+            let mut inner = lock(s)?;
+            inner.set_max_tokens(max);
+            let stream = inner.prompt(prompt)?;
+            // SAFETY: the callback's contract is the caller's.
+            unsafe { run_stream(stream, callback, user_data) }
+        },
+    )
+}
+
+/// One message of a conversation (`memwall_message` in memwall.h).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct memwall_message {
+    /// "system", "user", "assistant", ...
+    pub role: *const c_char,
+    pub content: *const c_char,
+}
+
+/// Generates the assistant's reply to a conversation rendered with the model's chat
+/// template. When the session holds the earlier turns, only the new part is evaluated;
+/// otherwise the context starts over. Returns a `memwall_stop` (>= 0) or a negative status.
+///
+/// # Safety
+/// `session` is a live session; `messages` points to `n_messages` messages whose strings
+/// are NUL-terminated; `callback` as for `memwall_generate`.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_generate_chat(
+    session: *mut memwall_session,
+    messages: *const memwall_message,
+    n_messages: usize,
+    max_tokens: i32,
+    callback: Option<memwall_token_callback>,
+    user_data: *mut c_void,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            if messages.is_null() || n_messages == 0 {
+                return Err(CError::new(ERR_INVALID_ARGUMENT, "no messages"));
+            }
+            // SAFETY: `n_messages` readable messages by the contract.
+            let raw = unsafe { std::slice::from_raw_parts(messages, n_messages) };
+            let mut msgs = Vec::with_capacity(raw.len());
+            for (i, m) in raw.iter().enumerate() {
+                // SAFETY: NUL-terminated strings by the contract.
+                let role = unsafe { c_str(m.role, &format!("messages[{i}].role")) }?;
+                let content = unsafe { c_str(m.content, &format!("messages[{i}].content")) }?;
+                msgs.push(api::ChatMessage::new(role, content));
+            }
+            let max = usize::try_from(max_tokens).map_err(|_| {
+                CError::new(
+                    ERR_INVALID_ARGUMENT,
+                    format!("max_tokens {max_tokens} is negative"),
+                )
+            })?;
+            let mut inner = lock(s)?;
+            inner.set_max_tokens(max);
+            let stream = inner.chat(&msgs)?;
+            // SAFETY: the callback's contract is the caller's.
+            unsafe { run_stream(stream, callback, user_data) }
+        },
+    )
+}
+
+/// Runs a generation, handing each piece of text to `callback`; returns the stop code.
+///
+/// # Safety
+/// `callback` is NULL or a function that does not unwind.
+unsafe fn run_stream(
+    mut stream: api::TokenStream<'_>,
+    callback: Option<memwall_token_callback>,
+    user_data: *mut c_void,
+) -> Result<i32, CError> {
+    let mut buf = Vec::new();
+    while let Some(ev) = stream.next() {
+        let (text, id) = match ev? {
+            Event::Done(done) => return Ok(stop_code(done.stop)),
+            Event::Token { id, text } => (text, id as i32),
+            Event::Text(text) => (text, -1),
+            _ => continue,
+        };
+        let Some(cb) = callback else { continue };
+        if text.is_empty() {
+            continue;
+        }
+        buf.clear();
+        buf.extend_from_slice(text.as_bytes());
+        buf.push(0);
+        // SAFETY: `buf` is NUL-terminated and lives through the call; the callback's
+        // contract is the caller's.
+        if unsafe { cb(buf.as_ptr().cast(), text.len(), id, user_data) } == 0 {
+            stream.stop();
+        }
+    }
+    Err(CError::new(
+        guard::ERR_INTERNAL,
+        "the generation ended without a summary",
+    ))
+}
+
+fn stop_code(s: StopReason) -> i32 {
+    match s {
+        StopReason::Eog => 0,
+        StopReason::Limit => 1,
+        StopReason::ContextFull => 2,
+        StopReason::Cancelled => 3,
+    }
+}
+
+/// Stops the generation running on `session` (from any thread) before its next token or
+/// prompt batch; it returns MEMWALL_STOP_CANCELLED. Each `memwall_generate` clears the flag
+/// when it starts.
+///
+/// # Safety
+/// `session` is a live session.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_cancel(session: *const memwall_session) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            unsafe { obj(session, "session") }?.cancel.cancel();
+            Ok(guard::OK)
+        },
+    )
+}

@@ -1,0 +1,160 @@
+//! The C API called directly: memwall_cancel from another thread stops a running
+//! memwall_generate, a second call on a busy session is MEMWALL_ERR_BUSY (not a wait or a
+//! data race), and the token callback sees the text the Rust API generates.
+
+mod common;
+
+use std::ffi::{c_char, c_void, CStr, CString};
+
+use memwall_c::*;
+
+const STOP_LIMIT: i32 = 1;
+const STOP_CANCELLED: i32 = 3;
+const ERR_BUSY: i32 = -9;
+
+struct State {
+    session: *mut memwall_session,
+    text: String,
+    n_tokens: usize,
+    busy_code: Option<i32>,
+}
+
+/// Collects text; at the third token cancels from another thread and tries a second
+/// generation on the same (busy) session from this one.
+unsafe extern "C" fn on_token(text: *const c_char, len: usize, _id: i32, user: *mut c_void) -> i32 {
+    // SAFETY: `user` is the State the test passes; `text` has `len` bytes.
+    let st = unsafe { &mut *(user as *mut State) };
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    st.text.push_str(std::str::from_utf8(bytes).unwrap());
+    st.n_tokens += 1;
+    if st.n_tokens == 3 {
+        let p = CString::new("x").unwrap();
+        st.busy_code = Some(unsafe {
+            memwall_generate(st.session, p.as_ptr(), 4, None, std::ptr::null_mut())
+        });
+        let s = st.session as usize;
+        std::thread::spawn(move || unsafe { memwall_cancel(s as *const memwall_session) })
+            .join()
+            .unwrap();
+    }
+    1
+}
+
+fn last_error() -> String {
+    // SAFETY: never NULL, NUL-terminated.
+    unsafe { CStr::from_ptr(memwall_last_error()) }
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn cancel_from_another_thread_and_busy_session() {
+    let path = CString::new(common::model_path().to_str().unwrap()).unwrap();
+    let cpu = CString::new("cpu").unwrap();
+    let mut cfg = memwall_config_default();
+    cfg.device = cpu.as_ptr();
+    cfg.n_ctx = 256;
+    unsafe {
+        let m = memwall_model_load(path.as_ptr(), &cfg);
+        assert!(!m.is_null(), "{}", last_error());
+        let s = memwall_session_new(m, std::ptr::null());
+        assert!(!s.is_null(), "{}", last_error());
+        let mut st = State {
+            session: s,
+            text: String::new(),
+            n_tokens: 0,
+            busy_code: None,
+        };
+        let prompt = CString::new("The three primary colors are").unwrap();
+        let r = memwall_generate(
+            s,
+            prompt.as_ptr(),
+            100,
+            Some(on_token),
+            (&mut st as *mut State).cast(),
+        );
+        assert_eq!(r, STOP_CANCELLED, "{}", last_error());
+        assert_eq!(st.n_tokens, 3);
+        assert_eq!(st.busy_code, Some(ERR_BUSY));
+
+        // The text so far is the Rust API's first three pieces (greedy, same context).
+        let m2 = memwall::api::ModelConfig::new(common::model_path())
+            .device(memwall::api::DeviceChoice::Cpu)
+            .n_ctx(256)
+            .load()
+            .unwrap();
+        let mut rs = m2.session().unwrap();
+        rs.set_max_tokens(3);
+        let expected = rs
+            .prompt("The three primary colors are")
+            .unwrap()
+            .finish()
+            .unwrap();
+        assert_eq!(st.text, expected.text);
+
+        // The flag is cleared by the next generation.
+        memwall_session_reset(s);
+        let r = memwall_generate(s, prompt.as_ptr(), 2, None, std::ptr::null_mut());
+        assert_eq!(r, STOP_LIMIT, "{}", last_error());
+        assert_eq!(last_error(), "");
+        memwall_session_free(s);
+        memwall_model_free(m);
+    }
+}
+
+unsafe extern "C" fn collect(text: *const c_char, len: usize, _id: i32, user: *mut c_void) -> i32 {
+    // SAFETY: `user` is the String the test passes; `text` has `len` bytes.
+    let out = unsafe { &mut *(user as *mut String) };
+    let bytes = unsafe { std::slice::from_raw_parts(text.cast::<u8>(), len) };
+    out.push_str(&String::from_utf8_lossy(bytes));
+    1
+}
+
+#[test]
+fn chat_matches_the_rust_api() {
+    let path = CString::new(common::model_path().to_str().unwrap()).unwrap();
+    let cpu = CString::new("cpu").unwrap();
+    let mut cfg = memwall_config_default();
+    cfg.device = cpu.as_ptr();
+    cfg.n_ctx = 256;
+    let (role, content) = ("user", "What is the capital of France?");
+    let (r, c) = (CString::new(role).unwrap(), CString::new(content).unwrap());
+    let msgs = [memwall_message {
+        role: r.as_ptr(),
+        content: c.as_ptr(),
+    }];
+    let mut text = String::new();
+    unsafe {
+        let m = memwall_model_load(path.as_ptr(), &cfg);
+        assert!(!m.is_null(), "{}", last_error());
+        let s = memwall_session_new(m, std::ptr::null());
+        let code = memwall_generate_chat(
+            s,
+            msgs.as_ptr(),
+            1,
+            16,
+            Some(collect),
+            (&mut text as *mut String).cast(),
+        );
+        assert!(code >= 0, "{}", last_error());
+        let bad = memwall_generate_chat(s, msgs.as_ptr(), 0, 16, None, std::ptr::null_mut());
+        assert_eq!(bad, -1);
+        assert!(last_error().contains("no messages"), "{}", last_error());
+        memwall_session_free(s);
+        memwall_model_free(m);
+    }
+    let m2 = memwall::api::ModelConfig::new(common::model_path())
+        .device(memwall::api::DeviceChoice::Cpu)
+        .n_ctx(256)
+        .load()
+        .unwrap();
+    let mut rs = m2.session().unwrap();
+    rs.set_max_tokens(16);
+    let expected = rs
+        .chat(&[memwall::api::ChatMessage::new(role, content)])
+        .unwrap()
+        .finish()
+        .unwrap();
+    assert!(!expected.text.is_empty());
+    assert_eq!(text, expected.text);
+}

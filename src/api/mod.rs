@@ -1,0 +1,160 @@
+//! The embedding API: what an app (and the `memwall` CLI) uses to run a model.
+//!
+//! ```no_run
+//! use memwall::api::{Event, ModelConfig};
+//!
+//! let model = ModelConfig::new("model.gguf").n_ctx(2048).load()?;
+//! let mut session = model.session()?;
+//! for event in session.prompt("The three primary colors are")? {
+//!     match event? {
+//!         Event::Done(done) => println!("\n[{:?}, {:.1} tok/s]", done.stop, done.timings.decode_tps),
+//!         other => print!("{}", other.text()),
+//!     }
+//! }
+//! # Ok::<(), memwall::Error>(())
+//! ```
+//!
+//! [`Model`] is `Send + Sync` and cheap to clone: share one between threads and give each its
+//! own [`Session`] (a `Session` is `Send`: it can move to a worker thread). A
+//! [`CancelHandle`] stops a generation from any thread.
+
+mod session;
+mod stream;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use crate::engine::LoadOptions;
+use crate::error::Result;
+
+pub use crate::chat::ChatMessage;
+pub use crate::engine::{default_model_path, DeviceChoice, StopReason, Timings};
+pub use crate::sampler::SamplerParams;
+pub use crate::scheduler::{Phase, PhasePlacement, Placement};
+pub use session::{CancelHandle, Session};
+pub use stream::{Event, Finished, TokenStream};
+
+/// How to load a model: a builder over [`LoadOptions`].
+#[derive(Debug, Clone)]
+pub struct ModelConfig {
+    path: PathBuf,
+    opts: LoadOptions,
+}
+
+impl ModelConfig {
+    /// The GGUF file to load, with the defaults: device `auto`, every core, the model's
+    /// context capped at 4096.
+    pub fn new(path: impl AsRef<Path>) -> ModelConfig {
+        ModelConfig::with_options(path, LoadOptions::default())
+    }
+
+    /// The file and every load option at once (the CLI maps its flags to them).
+    pub fn with_options(path: impl AsRef<Path>, opts: LoadOptions) -> ModelConfig {
+        ModelConfig {
+            path: path.as_ref().to_path_buf(),
+            opts,
+        }
+    }
+
+    /// Where the model runs: cpu, a GPU (by index or name), or auto.
+    pub fn device(mut self, device: DeviceChoice) -> Self {
+        self.opts.device = device;
+        self
+    }
+
+    /// Bytes of GPU memory the model may use; the stages that do not fit run on the CPU.
+    pub fn gpu_mem_budget(mut self, bytes: u64) -> Self {
+        self.opts.gpu_mem_budget = Some(bytes);
+        self
+    }
+
+    /// The context of sessions, in tokens (0: the model's, capped at 4096); the GPU budget is
+    /// planned for it.
+    pub fn n_ctx(mut self, n_ctx: usize) -> Self {
+        self.opts.n_ctx = n_ctx;
+        self
+    }
+
+    /// CPU worker threads (default: every core).
+    pub fn threads(mut self, n: usize) -> Self {
+        self.opts.threads = Some(n);
+        self
+    }
+
+    /// Every load option, including those without a builder method yet. The KV cache
+    /// element types (`cache_type_k` / `cache_type_v`) belong here with their builder
+    /// methods when LoadOptions has them.
+    pub fn options_mut(&mut self) -> &mut LoadOptions {
+        &mut self.opts
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Maps the file, checks it, and brings up the device.
+    pub fn load(&self) -> Result<Model> {
+        self.load_with_progress(&mut |_, _| {})
+    }
+
+    /// [`ModelConfig::load`], reporting (bytes done, bytes total) while the weights are read
+    /// in from storage.
+    pub fn load_with_progress(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
+        let inner = crate::engine::Model::load_with_progress(&self.path, &self.opts, progress)?;
+        Ok(Model {
+            inner: Arc::new(inner),
+            n_ctx: self.opts.n_ctx,
+        })
+    }
+}
+
+/// A loaded model. Clones share the weights; `Send + Sync`.
+#[derive(Debug, Clone)]
+pub struct Model {
+    inner: Arc<crate::engine::Model>,
+    n_ctx: usize,
+}
+
+impl Model {
+    /// A new conversation with greedy sampling and up to 256 new tokens per prompt (see the
+    /// session's setters).
+    pub fn session(&self) -> Result<Session> {
+        Session::new(self.inner.clone(), self.n_ctx)
+    }
+
+    /// Token ids of `text`; `add_special` adds the tokens the model wants at the start of a
+    /// context (BOS). Special tokens written in the text (`<|im_start|>`) are parsed.
+    pub fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+        self.inner.tokenizer().encode(text, add_special, true)
+    }
+
+    /// The text of token ids (as a generation streams it: pieces joined as they are).
+    pub fn detokenize(&self, ids: &[u32]) -> String {
+        let tok = self.inner.tokenizer();
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| tok.decode_token(id, false))
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
+    }
+
+    /// The device, e.g. `cpu` or `gpu:NVIDIA ... (Vulkan)`.
+    pub fn device_name(&self) -> String {
+        self.inner.device_name()
+    }
+
+    /// Why device `auto` fell back to the CPU, if it did.
+    pub fn device_note(&self) -> Option<&str> {
+        self.inner.device_note()
+    }
+
+    /// Where each stage runs when a session starts.
+    pub fn placement(&self) -> &PhasePlacement {
+        self.inner.placement()
+    }
+
+    /// The engine's model, for what this API does not cover (perplexity, statistics).
+    pub fn engine(&self) -> &Arc<crate::engine::Model> {
+        &self.inner
+    }
+}
