@@ -223,3 +223,74 @@ pub fn roofline_svg(rep: &KernelsReport) -> String {
     s.push_str("</svg>\n");
     s
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::bench::kernels::{AdapterReport, KernelResult};
+
+    fn result(variant: &str, flops: u64, bytes: u64, gflops: f64) -> KernelResult {
+        KernelResult {
+            variant: variant.into(),
+            format: "Q4_0".into(),
+            rows: 4,
+            cols: 32,
+            n: 1,
+            median_us: 1.0,
+            launches: 1,
+            bytes,
+            flops,
+            gbps: 1.0,
+            gflops,
+            frac_bw: 0.5,
+            max_err: Some(0.0),
+            tol: 1.0,
+            ok: true,
+        }
+    }
+
+    fn adapter(name: &str, results: Vec<KernelResult>, compute: Option<f64>) -> AdapterReport {
+        AdapterReport {
+            name: name.into(),
+            backend: "Vulkan".into(),
+            driver: "d".into(),
+            driver_info: "i".into(),
+            device_type: "Cpu".into(),
+            probe_gbps: 2.0,
+            compute_gflops: compute,
+            results,
+            skipped: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn one_point_per_plottable_result_and_escaped_text() {
+        let rep = KernelsReport {
+            schema: "s".into(),
+            clock: "c".into(),
+            reps: 1,
+            prefill_tokens: 64,
+            adapters: vec![
+                adapter(
+                    "A&B <gpu>",
+                    vec![
+                        result("matvec <x>", 256, 100, 1.5),
+                        result("matmul", 10_000, 100, 40.0),
+                        // No place on a log scale: left out.
+                        result("matvec <x>", 256, 100, 0.0),
+                    ],
+                    None,
+                ),
+                adapter("C", vec![result("matvec_rows", 256, 80, 0.02)], Some(100.0)),
+            ],
+        };
+        let svg = roofline_svg(&rep);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert_eq!(svg.matches(r#"<circle class="point""#).count(), 3);
+        // Two bandwidth roofs and one compute roof.
+        assert_eq!(svg.matches(r#"class="roof""#).count(), 3);
+        assert!(svg.contains("matvec &lt;x&gt;") && svg.contains("A&amp;B &lt;gpu&gt;"));
+        assert!(!svg.contains("<x>") && !svg.contains("A&B"));
+        assert!(!svg.contains("NaN") && !svg.contains("inf"));
+    }
+}

@@ -472,3 +472,57 @@ fn bench_variant(
         .collect();
     Ok((secs, k, got))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variants_are_the_matrix_kernels_named_without_the_format() {
+        let mut names = std::collections::BTreeSet::new();
+        for key in KernelKey::all() {
+            match variant_name(&key) {
+                Some(v) => {
+                    assert!(key_format(&key).is_some(), "{key:?}");
+                    // The kernel, then only the reduction and "f16" (the format is a column).
+                    let mut words = v.split(' ');
+                    let kernel = words.next().unwrap_or("");
+                    assert!(
+                        [
+                            "matvec",
+                            "matvec_rows",
+                            "matvec_q8",
+                            "matvec_q8_rows",
+                            "matmul"
+                        ]
+                        .contains(&kernel),
+                        "{v}"
+                    );
+                    assert!(
+                        words.all(|w| ["workgroup", "subgroup", "f16"].contains(&w)),
+                        "{v}"
+                    );
+                    names.insert(v);
+                }
+                None => assert!(key_format(&key).is_none(), "{key:?}"),
+            }
+        }
+        for v in [
+            "matvec workgroup",
+            "matvec subgroup f16",
+            "matvec_rows",
+            "matvec_q8 subgroup",
+            "matvec_q8_rows",
+            "matmul",
+        ] {
+            assert!(names.contains(v), "{v}: {names:?}");
+        }
+    }
+
+    #[test]
+    fn shape_lists() {
+        assert_eq!(shapes("7b").unwrap(), vec![(4096, 4096), (11008, 4096)]);
+        assert_eq!(shapes("all").unwrap().len(), 8);
+        assert!(shapes("13b").is_err());
+    }
+}
