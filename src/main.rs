@@ -126,6 +126,10 @@ enum Command {
     /// Benchmark prefill and decode per device (as llama-bench does), with the bytes each
     /// decoded token moves, the achieved GB/s and the device's measured bandwidth.
     Bench(BenchArgs),
+    /// Benchmark every weight-matrix kernel variant x format x shape on each adapter: time,
+    /// GB/s, GFLOP/s, fraction of the measured read bandwidth, and a check against kernels-ref
+    /// (exits non-zero when a check fails).
+    BenchKernels(BenchKernelsArgs),
     /// Write a synthetic llama-architecture GGUF with random weights at real layer widths.
     Synth(SynthArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
@@ -436,6 +440,7 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         Command::Selftest { device, json } => selftest(&device, json),
         Command::Plan(a) => plan(a),
         Command::Bench(a) => bench(a),
+        Command::BenchKernels(a) => bench_kernels(a),
         Command::Synth(a) => synth(a),
     }
 }
@@ -538,6 +543,87 @@ fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         print!("{}", bench::report::table(&report));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[derive(Args)]
+struct BenchKernelsArgs {
+    /// Adapters: all, or a comma list of auto|<index>|<name substring> (see `memwall devices`;
+    /// WGPU_BACKEND restricts what `all` finds).
+    #[arg(short = 'd', long, default_value = "auto")]
+    device: String,
+    /// Weight shapes, a comma list of test (the test model's), 7b, 35b, all.
+    #[arg(long, default_value = "test,7b")]
+    shapes: String,
+    /// Weight formats, a comma list of ggml names (q4_0,q4_1,q8_0,q4_k,q6_k,f16).
+    #[arg(long, default_value = "q4_0,q4_1,q8_0,q4_k,q6_k,f16")]
+    formats: String,
+    /// Timed submissions per result (the median counts).
+    #[arg(short = 'r', long, default_value_t = 5)]
+    reps: usize,
+    /// CI smoke mode: tiny shapes, 2 repetitions, a small bandwidth probe.
+    #[arg(long)]
+    smoke: bool,
+    /// MiB of the read-bandwidth probe's buffer (capped by the binding limit).
+    #[arg(long, default_value_t = 256)]
+    probe_mib: u64,
+    /// Print the report as JSON (schema memwall.bench-kernels/1); progress goes to stderr.
+    #[arg(long)]
+    json: bool,
+    /// Write a roofline chart (SVG) of the results.
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Test hook: perturb every reference so that every check must fail.
+    #[arg(long, hide = true)]
+    inject_fault: bool,
+}
+
+fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
+    use memwall::bench::kernels as bk;
+    let mut shapes = Vec::new();
+    let items = if a.smoke { "smoke" } else { a.shapes.as_str() };
+    for item in items.split(',').filter(|s| !s.trim().is_empty()) {
+        shapes.extend(bk::shapes(item)?);
+    }
+    let formats = a
+        .formats
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|f| {
+            bk::FORMATS
+                .into_iter()
+                .find(|w| w.ggml().name().eq_ignore_ascii_case(f.trim()))
+                .ok_or_else(|| {
+                    memwall::Error::InvalidArgument(format!(
+                        "--formats: {f:?} is not one of q4_0,q4_1,q8_0,q4_k,q6_k,f16"
+                    ))
+                })
+        })
+        .collect::<memwall::Result<Vec<_>>>()?;
+    let opts = bk::KernelsOptions {
+        device: a.device,
+        shapes,
+        reps: if a.smoke { 2 } else { a.reps },
+        formats,
+        probe_bytes: if a.smoke { 4 << 20 } else { a.probe_mib << 20 },
+        probe_runs: if a.smoke { 2 } else { 5 },
+        fault: a.inject_fault,
+    };
+    let report = bk::run_kernels_bench(&opts, |line| eprintln!("{line}"))?;
+    if let Some(path) = &a.plot {
+        std::fs::write(path, memwall::bench::plot::roofline_svg(&report)).map_err(|e| {
+            memwall::Error::InvalidArgument(format!("--plot {}: {e}", path.display()))
+        })?;
+    }
+    if a.json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        print!("{}", bk::report::table(&report));
+    }
+    Ok(if report.failures() > 0 {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }
 
 fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {

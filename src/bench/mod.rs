@@ -55,6 +55,8 @@
 //! activations, readback staging, uniform ring); `gpu_weight_bytes` the resident weights.
 
 pub mod bandwidth;
+pub mod kernels;
+pub mod plot;
 pub mod report;
 pub mod synth;
 

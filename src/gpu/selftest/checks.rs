@@ -13,7 +13,7 @@ use crate::gpu::ops::{rope_freqs, RopeConfig};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 
-pub(super) fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
+pub(crate) fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
     r.map_err(|e| Error::Gpu(format!("kernels-ref: {e}")))
 }
 
@@ -22,7 +22,7 @@ pub(super) fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
 /// are random bytes (every code and sub-scale bit pattern, so every decoding branch runs) with
 /// their f16 super-scales set to finite normal values in [0.001, 0.05]: a random f16 could be
 /// NaN or infinite, which no oracle comparison survives.
-pub(super) fn weights(ty: WeightFormat, rows: usize, cols: usize, seed: u64) -> Result<Vec<u8>> {
+pub(crate) fn weights(ty: WeightFormat, rows: usize, cols: usize, seed: u64) -> Result<Vec<u8>> {
     let mut rng = Rng(seed ^ (rows * 31 + cols) as u64);
     let g = ty.ggml();
     if kernels_ref::can_quantize(g) {
@@ -78,7 +78,7 @@ const F16_ULP: f64 = 1.0 / (1u32 << 10) as f64;
 /// Any of these results below the smallest normal f16 may be flushed to zero, which costs up
 /// to its magnitude (bounded by the smallest normal): that absolute term is added for each
 /// rounding whose operand is that small.
-fn f16_weight_err(
+pub(crate) fn f16_weight_err(
     key: &KernelKey,
     ty: WeightFormat,
     data: &[u8],

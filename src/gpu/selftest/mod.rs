@@ -9,7 +9,7 @@
 //! covered). A check fn builds its inputs, runs the launch through [`prepare`] (which refuses a
 //! launch whose key is not the one under test) and feeds each result to a [`Worst`].
 
-mod checks;
+pub(crate) mod checks;
 mod checks_attention;
 mod checks_fused;
 mod checks_prefill;
