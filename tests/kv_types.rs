@@ -141,7 +141,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
         48,
         0,
         1.0,
-        &mut vec![0f32; 48],
+        &mut [0f32; 48],
     )
     .unwrap_err()
     .to_string();
