@@ -237,3 +237,24 @@ fn session_reports_its_kv_signature() {
     let m = Arc::new(Model::load(common::model_path(), &opts).unwrap());
     assert_eq!(m.session(64).unwrap().kv_signature(), "k=f16,v=f16");
 }
+
+/// The GPU backend keeps f32 caches so far: a quantized type with a GPU is refused when the
+/// session starts, naming the types, instead of running with another cache than asked.
+#[test]
+fn gpu_refuses_quantized_cache_types_clearly() {
+    let opts = LoadOptions {
+        device: DeviceChoice::Gpu(memwall::gpu::DeviceSelector::Auto),
+        cache_type_k: Some(KvType::Q8_0),
+        ..Default::default()
+    };
+    let m = match Model::load(common::model_path(), &opts) {
+        Ok(m) => Arc::new(m),
+        Err(e) => panic!("cannot load the model on the GPU ({e}); lavapipe is required"),
+    };
+    let err = m
+        .session(64)
+        .err()
+        .expect("q8_0 keys on the GPU must be refused");
+    let err = err.to_string();
+    assert!(err.contains("k=q8_0,v=f32") && err.contains("f32"), "{err}");
+}
