@@ -11,6 +11,7 @@ use crate::config::{Config, RopeKind};
 use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
+use crate::kv_type::KvTypes;
 use kernels_ref::GgmlType;
 
 /// Where a matrix lives in the file and how it is shaped.
@@ -25,11 +26,12 @@ struct MatRef {
     cols: usize,
 }
 
-/// Layer `l`'s KV cache: K and V each [n_ctx, n_head_kv, head_dim] (position-major), so
-/// appending a token writes one contiguous run.
+/// Layer `l`'s KV cache: K and V each [n_ctx, n_head_kv, head_dim] (position-major) in the
+/// bytes of their `KvType` (rows of `kv_types.k.bytes(kv_dim)` and `kv_types.v.bytes(kv_dim)`
+/// bytes), so appending a token writes one contiguous run.
 struct LayerKv {
-    k: Vec<f32>,
-    v: Vec<f32>,
+    k: Vec<u8>,
+    v: Vec<u8>,
 }
 
 pub struct CpuBackend {
@@ -41,8 +43,10 @@ pub struct CpuBackend {
     vecs: HashMap<WeightId, Vec<f32>>,
     /// Per layer; `None` for layers that run elsewhere.
     kv: Vec<Option<LayerKv>>,
-    /// f32 values in one layer's K (or V) cache: n_ctx * n_head_kv * head_dim.
+    /// Values in one layer's K (or V) cache: n_ctx * n_head_kv * head_dim.
     kv_len: usize,
+    /// Element types of the K and V caches.
+    kv_types: KvTypes,
     mm: MatmulScratch,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
@@ -150,15 +154,28 @@ impl CpuBackend {
         Self::with_kv_layers(gguf, cfg, n_ctx, &all)
     }
 
-    /// A backend holding KV caches only for the layers with `kv_layers[l]` set (the layers
-    /// placed on the CPU); others get one when a layer moves here (`write_kv`) or first runs.
+    /// A backend holding f32 KV caches only for the layers with `kv_layers[l]` set (the
+    /// layers placed on the CPU); others get one when a layer moves here (`write_kv`) or first
+    /// runs.
     pub fn with_kv_layers(
         gguf: Arc<Gguf>,
         cfg: Config,
         n_ctx: usize,
         kv_layers: &[bool],
     ) -> Result<CpuBackend> {
+        Self::with_kv_types(gguf, cfg, n_ctx, kv_layers, KvTypes::F32)
+    }
+
+    /// [`CpuBackend::with_kv_layers`] with K and V caches of the given types.
+    pub fn with_kv_types(
+        gguf: Arc<Gguf>,
+        cfg: Config,
+        n_ctx: usize,
+        kv_layers: &[bool],
+        kv_types: KvTypes,
+    ) -> Result<CpuBackend> {
         Self::check_weights(&gguf, &cfg)?;
+        kv_types.check_head_dim(cfg.head_dim)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
         for (id, dims) in Self::expected(&cfg) {
@@ -189,7 +206,7 @@ impl CpuBackend {
                 "context size must be at least 1".into(),
             ));
         }
-        // [n_ctx, n_head_kv, head_dim] f32 per layer for K and for V. A context the machine
+        // [n_ctx, n_head_kv, head_dim] values per layer for K and for V. A context the machine
         // cannot hold is an error, not an abort inside the allocator.
         let per_layer = cfg
             .n_head_kv
@@ -207,6 +224,7 @@ impl CpuBackend {
             vecs,
             kv: Vec::new(),
             kv_len: per_layer,
+            kv_types,
             mm: MatmulScratch::default(),
             f32_activations: false,
         };
@@ -223,27 +241,30 @@ impl CpuBackend {
     /// are never read).
     fn alloc_kv(&mut self, l: usize) -> Result<&mut LayerKv> {
         let n_layer = self.cfg.n_layer;
-        let (per_layer, n_ctx) = (self.kv_len, self.n_ctx);
+        let n_ctx = self.n_ctx;
+        let (k_bytes, v_bytes) = (
+            self.kv_types.k.bytes(self.kv_len),
+            self.kv_types.v.bytes(self.kv_len),
+        );
         let slot = self
             .kv
             .get_mut(l)
             .ok_or_else(|| Error::InvalidArgument(format!("layer {l} of {n_layer}")))?;
         if slot.is_none() {
-            let alloc = || -> Result<Vec<f32>> {
+            let alloc = |bytes: usize| -> Result<Vec<u8>> {
                 let mut v = Vec::new();
-                v.try_reserve_exact(per_layer)
-                    .map_err(|_| Error::OutOfMemory {
-                        what: format!(
-                            "KV cache of layer {l} for a context of {n_ctx} tokens ({} MiB)",
-                            (per_layer * 4 * 2) >> 20
-                        ),
-                    })?;
-                v.resize(per_layer, 0.0);
+                v.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+                    what: format!(
+                        "KV cache of layer {l} for a context of {n_ctx} tokens ({} MiB)",
+                        (k_bytes + v_bytes) >> 20
+                    ),
+                })?;
+                v.resize(bytes, 0);
                 Ok(v)
             };
             *slot = Some(LayerKv {
-                k: alloc()?,
-                v: alloc()?,
+                k: alloc(k_bytes)?,
+                v: alloc(v_bytes)?,
             });
         }
         slot.as_mut()
@@ -392,15 +413,29 @@ impl Backend for CpuBackend {
                 n_ctx,
             });
         }
+        let types = self.kv_types;
         let cache = self.alloc_kv(layer)?;
-        // Append the new keys and values: rows pos0..pos0+n of [n_ctx, n_kv, hd].
+        // Append the new keys and values: rows pos0..pos0+n of [n_ctx, n_kv, hd], quantized
+        // to the cache types.
         let row = n_kv * hd;
-        cache.k[pos0 * row..(pos0 + n) * row].copy_from_slice(&k[..n * row]);
-        cache.v[pos0 * row..(pos0 + n) * row].copy_from_slice(&v[..n * row]);
-        crate::cpu::attention(
+        let (kr, vr) = (types.k.bytes(row), types.v.bytes(row));
+        types
+            .k
+            .quantize_into(&k[..n * row], &mut cache.k[pos0 * kr..(pos0 + n) * kr])?;
+        types
+            .v
+            .quantize_into(&v[..n * row], &mut cache.v[pos0 * vr..(pos0 + n) * vr])?;
+        use crate::cpu::KvView;
+        crate::cpu::attention_kv(
             &q[..n * n_head * hd],
-            &cache.k,
-            &cache.v,
+            KvView {
+                data: &cache.k,
+                ty: types.k,
+            },
+            KvView {
+                data: &cache.v,
+                ty: types.v,
+            },
             n,
             pos0 + n,
             n_head,
@@ -441,24 +476,26 @@ impl Backend for CpuBackend {
                 self.n_ctx
             )));
         }
-        k[..len].copy_from_slice(&cache.k[..len]);
-        v[..len].copy_from_slice(&cache.v[..len]);
+        let t = self.kv_types;
+        t.k.dequantize_into(&cache.k[..t.k.bytes(len)], &mut k[..len]);
+        t.v.dequantize_into(&cache.v[..t.v.bytes(len)], &mut v[..len]);
         Ok(())
     }
 
     fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
         let n_ctx = self.n_ctx;
         let kv_dim = self.cfg.kv_dim();
+        let (t, kv_len) = (self.kv_types, self.kv_len);
         let cache = self.alloc_kv(layer)?;
-        if k.len() != v.len() || k.len() > cache.k.len() || !k.len().is_multiple_of(kv_dim) {
+        if k.len() != v.len() || k.len() > kv_len || !k.len().is_multiple_of(kv_dim) {
             return Err(Error::InvalidArgument(format!(
                 "write of {} K and {} V values into layer {layer}'s cache of {n_ctx} positions",
                 k.len(),
                 v.len()
             )));
         }
-        cache.k[..k.len()].copy_from_slice(k);
-        cache.v[..v.len()].copy_from_slice(v);
+        t.k.quantize_into(k, &mut cache.k[..t.k.bytes(k.len())])?;
+        t.v.quantize_into(v, &mut cache.v[..t.v.bytes(v.len())])?;
         Ok(())
     }
 

@@ -11,6 +11,7 @@ pub use crate::generate::Generator;
 use crate::generate::Step;
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
+use crate::kv_type::{KvType, KvTypes};
 use crate::model::Logits;
 use crate::sampler::Sampler;
 use crate::scheduler::{Device, Exec, PhasePlacement, Placement};
@@ -69,6 +70,24 @@ pub struct LoadOptions {
     /// Re-decide the placement every N decoded tokens (and at each prompt) from measured
     /// stage times (`scheduler::policy`); `None` keeps it fixed.
     pub resample_every: Option<usize>,
+    /// `--cache-type-k`: the keys' KV cache type; `None`: f16 on the CPU, f32 when a GPU is
+    /// open (its kernels read f32 caches only so far).
+    pub cache_type_k: Option<KvType>,
+    /// `--cache-type-v`: the values' KV cache type (`None` as for `cache_type_k`).
+    pub cache_type_v: Option<KvType>,
+}
+
+/// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default on the CPU
+/// and f32 when a GPU is open. A chosen quantized type with a GPU is refused when the GPU's
+/// backend starts (`Exec`).
+fn resolve_kv_types(opts: &LoadOptions, gpu_open: bool, head_dim: usize) -> Result<KvTypes> {
+    let default = if gpu_open { KvType::F32 } else { KvType::F16 };
+    let t = KvTypes {
+        k: opts.cache_type_k.unwrap_or(default),
+        v: opts.cache_type_v.unwrap_or(default),
+    };
+    t.check_head_dim(head_dim)?;
+    Ok(t)
 }
 
 /// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
@@ -87,6 +106,8 @@ pub struct Model {
     /// Where each stage runs when a session starts.
     placement: PhasePlacement,
     resample_every: Option<usize>,
+    /// K and V cache types of every session.
+    kv_types: KvTypes,
 }
 
 impl std::fmt::Debug for Model {
@@ -131,7 +152,9 @@ impl Model {
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
         let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
+        let kv_types = resolve_kv_types(opts, gpu.is_some(), config.head_dim)?;
         Ok(Model {
+            kv_types,
             placement,
             resample_every: opts.resample_every,
             gguf,
@@ -144,6 +167,11 @@ impl Model {
             device_note,
             f32_activations: opts.f32_activations,
         })
+    }
+
+    /// The K and V cache types of this model's sessions.
+    pub fn kv_types(&self) -> KvTypes {
+        self.kv_types
     }
 
     /// The device the model runs on, e.g. `cpu` or `gpu:NVIDIA ... (Vulkan)`.
@@ -241,7 +269,8 @@ fn initial_placement(
             } else {
                 opts.n_ctx
             };
-            let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream)?;
+            let kv_bits = resolve_kv_types(opts, true, cfg.head_dim)?.mean_bits();
+            let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream, kv_bits)?;
             if opts.stream {
                 // Blocks stream; the embedding and head run where their weights are.
                 let run = Placement {
@@ -419,6 +448,7 @@ impl Session {
             n_ctx,
             PREFILL_BATCH,
             model.f32_activations,
+            model.kv_types,
         )?;
         let mut exec = exec;
         if let (Some(every), Some(_)) = (model.resample_every, &model.gpu) {
@@ -426,7 +456,7 @@ impl Session {
                 &model.gguf,
                 cfg,
                 n_ctx,
-                crate::plan::MEMWALL_KV_BITS,
+                model.kv_types.mean_bits(),
             )?;
             exec.enable_policy(every, &mm)?;
         }
@@ -441,6 +471,11 @@ impl Session {
     /// The backend's name ("cpu", "gpu:...").
     pub fn backend_name(&self) -> String {
         self.exec.name()
+    }
+
+    /// The KV cache format, e.g. "k=q8_0,v=q4_0" (prompt-cache files record it).
+    pub fn kv_signature(&self) -> String {
+        self.exec.kv_types().signature()
     }
 
     /// The executor: placement per phase, moves, stage timings.

@@ -16,6 +16,7 @@ pub mod gguf;
 pub mod gguf_writer;
 pub mod gpu;
 pub mod inspect;
+pub mod kv_type;
 pub mod logging;
 pub mod model;
 pub mod plan;

@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use memwall::api;
 use memwall::chat::ChatMessage;
 use memwall::engine::LoadOptions;
+use memwall::kv_type::{KvType, KvTypes};
 use memwall::sampler::SamplerParams;
 
 #[derive(Parser)]
@@ -59,6 +60,34 @@ struct ModelArgs {
     /// measured stage times; 0 keeps the placement fixed.
     #[arg(long = "resample-every", value_name = "N", default_value_t = 0)]
     resample_every: usize,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
+}
+
+/// KV cache element types, for keys and values separately.
+#[derive(Args, Clone)]
+struct CacheTypeArgs {
+    /// Key cache type: f32, f16, q8_0, q4_0 [default: f16]. Keys are more sensitive to
+    /// quantization than values: q8_0 is the usual choice.
+    #[arg(long = "cache-type-k", value_name = "TYPE", value_parser = parse_kv_type)]
+    k: Option<KvType>,
+    /// Value cache type: f32, f16, q8_0, q4_0 [default: f16]; q4_0 costs little quality.
+    #[arg(long = "cache-type-v", value_name = "TYPE", value_parser = parse_kv_type)]
+    v: Option<KvType>,
+}
+
+impl CacheTypeArgs {
+    /// The chosen types, the defaults for those left out.
+    fn types(&self) -> KvTypes {
+        KvTypes {
+            k: self.k.unwrap_or_default(),
+            v: self.v.unwrap_or_default(),
+        }
+    }
+}
+
+fn parse_kv_type(s: &str) -> Result<KvType, String> {
+    s.parse::<KvType>().map_err(|e| e.to_string())
 }
 
 impl ModelArgs {
@@ -168,6 +197,8 @@ struct BenchArgs {
     /// Keep matmul activations in f32.
     #[arg(long)]
     f32_activations: bool,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
     /// Only measure each device's memory bandwidth (no model).
     #[arg(long)]
     bandwidth: bool,
@@ -268,10 +299,12 @@ struct PlanArgs {
     /// Context in tokens [with -m, default: the model's, capped at 4096, as `run` does].
     #[arg(short = 'c', long = "ctx")]
     ctx: Option<usize>,
-    /// Bits per KV cache element [default: 32, the f32 cache memwall allocates; 16, 8, 4.5
-    /// for what-if plans].
+    /// Bits per KV cache element, overriding --cache-type-k/v (e.g. 2.5 for a what-if plan)
+    /// [default: the mean of the two cache types' bits].
     #[arg(long = "kv-bits")]
     kv_bits: Option<f64>,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
     /// Parameter count, e.g. 35B, 135M, 7000000000 (architecture form).
     #[arg(long)]
     params: Option<String>,
@@ -337,6 +370,8 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
         stream: args.stream,
         resample_every: (args.resample_every > 0).then_some(args.resample_every),
         n_ctx,
+        cache_type_k: args.cache.k,
+        cache_type_v: args.cache.v,
         ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();
@@ -471,7 +506,7 @@ fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
             let g = memwall::gguf::Gguf::open(path)?;
             let cfg = memwall::config::Config::from_gguf(&g)?;
             let n_ctx = a.ctx.unwrap_or(cfg.n_ctx_train.min(4096));
-            let kv_bits = a.kv_bits.unwrap_or(memwall::plan::MEMWALL_KV_BITS);
+            let kv_bits = a.kv_bits.unwrap_or(a.cache.types().mean_bits());
             let mut m = MemoryModel::from_gguf(&g, &cfg, n_ctx, kv_bits)?;
             m.source = path.display().to_string();
             m
@@ -487,7 +522,7 @@ fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
             n_vocab: a.vocab,
             n_ctx: a.ctx,
             weight_bits: a.weight_bits,
-            kv_bits: a.kv_bits,
+            kv_bits: Some(a.kv_bits.unwrap_or(a.cache.types().mean_bits())),
             tied_embeddings: a.tied_embeddings,
         })?,
     };
@@ -514,6 +549,8 @@ fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         probe: !a.no_probe,
         probe_bytes: a.probe_mib.saturating_mul(1 << 20),
         f32_activations: a.f32_activations,
+        cache_type_k: a.cache.k,
+        cache_type_v: a.cache.v,
         ..Default::default()
     };
     if a.bandwidth {

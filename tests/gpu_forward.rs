@@ -11,6 +11,7 @@ use std::sync::{Arc, OnceLock};
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::DeviceSelector;
+use memwall::kv_type::KvType;
 use memwall::model::Logits;
 use serde_json::Value;
 
@@ -19,9 +20,13 @@ fn load(device: DeviceChoice) -> Arc<Model> {
 }
 
 fn load_with(device: DeviceChoice, f32_activations: bool) -> Arc<Model> {
+    // f32 KV caches on both devices (the GPU's default; the CPU's is f16), so CPU-vs-GPU
+    // comparisons measure the devices' arithmetic, not the cache type (tests/kv_types.rs).
     let opts = LoadOptions {
         device,
         f32_activations,
+        cache_type_k: Some(KvType::F32),
+        cache_type_v: Some(KvType::F32),
         ..Default::default()
     };
     match Model::load(common::model_path(), &opts) {

@@ -234,11 +234,12 @@ fn cli_test_model() {
     let file_total: u64 = g.tensors().iter().map(|t| t.n_bytes).sum();
     assert_eq!(r["weights_bytes"], file_total);
     assert_eq!(r["n_ctx"], 1024);
-    let kv = 2 * 1024 * cfg.n_head_kv * cfg.head_dim * 4 * cfg.n_layer;
+    // The default cache: f16 keys and values, 2 bytes each.
+    let kv = 2 * 1024 * cfg.n_head_kv * cfg.head_dim * 2 * cfg.n_layer;
     assert_eq!(r["kv_bytes"], kv as u64);
     assert_eq!(r["gpu_budget_bytes"], serde_json::Value::Null);
     assert_eq!(r["placement"], format!("c|{}|c", "c".repeat(cfg.n_layer)));
-    // --kv-bits 16 halves the cache.
+    // --kv-bits 32 overrides the cache types: twice the f16 default.
     let h = json(&memwall(&[
         "plan",
         "-m",
@@ -248,10 +249,28 @@ fn cli_test_model() {
         "--ctx",
         "1024",
         "--kv-bits",
-        "16",
+        "32",
         "--json",
     ]));
-    assert_eq!(h["kv_bytes"], (kv / 2) as u64);
+    assert_eq!(h["kv_bytes"], (kv * 2) as u64);
+    // K q8_0 (34 bytes per 32 values), V q4_0 (18 bytes per 32).
+    let q = json(&memwall(&[
+        "plan",
+        "-m",
+        p,
+        "--ram",
+        "1G",
+        "--ctx",
+        "1024",
+        "--cache-type-k",
+        "q8_0",
+        "--cache-type-v",
+        "q4_0",
+        "--json",
+    ]));
+    let row = cfg.n_head_kv * cfg.head_dim;
+    let kv_q = 1024 * (row / 32 * 34 + row / 32 * 18) * cfg.n_layer;
+    assert_eq!(q["kv_bytes"], kv_q as u64);
 }
 
 #[test]

@@ -90,6 +90,9 @@ pub struct BenchOptions {
     pub probe_runs: usize,
     /// f32 matmul activations (see `LoadOptions::f32_activations`).
     pub f32_activations: bool,
+    /// `--cache-type-k` / `--cache-type-v` (see `LoadOptions`).
+    pub cache_type_k: Option<crate::kv_type::KvType>,
+    pub cache_type_v: Option<crate::kv_type::KvType>,
     /// Seed of the synthetic prompt.
     pub seed: u64,
 }
@@ -105,6 +108,8 @@ impl Default for BenchOptions {
             probe_bytes: 256 << 20,
             probe_runs: 5,
             f32_activations: false,
+            cache_type_k: None,
+            cache_type_v: None,
             seed: 0x006d_656d_7761_6c6c,
         }
     }
@@ -390,6 +395,8 @@ fn run_config(
         threads: o.threads,
         device: choice.clone(),
         f32_activations: o.f32_activations,
+        cache_type_k: o.cache_type_k,
+        cache_type_v: o.cache_type_v,
         gpu_layers,
         gpu: crate::gpu::GpuLoadOptions {
             resident,

@@ -1,17 +1,28 @@
-//! Causal grouped-query attention over an f32 KV cache.
+//! Causal grouped-query attention over a KV cache of any `KvType`.
 //!
-//! Cache layout: `[pos, n_kv_head, hd]` (position-major), the same as kernels-ref's. Appending a
-//! token writes one contiguous `n_kv_head * hd` run, and a head's key at one position is `hd`
-//! contiguous floats; the scan over positions strides by `n_kv_head * hd`, which hardware
-//! prefetchers follow.
+//! Cache layout: `[pos, n_kv_head, hd]` (position-major), the same as kernels-ref's, each row
+//! stored in its type's layout (see `kv_type`). Appending a token writes one contiguous row, and
+//! a head's key at one position is one contiguous run of whole blocks; the scan over positions
+//! strides by a row, which hardware prefetchers follow. Quantized keys and values are decoded a
+//! head slice at a time into a small buffer as the scan reaches them: no dequantized copy of
+//! the cache exists.
 
 use rayon::prelude::*;
 
 use super::ops::dot;
+use crate::kv_type::KvType;
 use crate::{Error, Result};
 
+/// A KV cache (keys or values) as stored: `data` holds at least `n_kv` rows of `n_kv_head * hd`
+/// values in type `ty`'s layout.
+#[derive(Clone, Copy)]
+pub struct KvView<'a> {
+    pub data: &'a [u8],
+    pub ty: KvType,
+}
+
 /// out[i, h, :] = Σ_j softmax_j(scale · q[i, h] · k[j, g]) v[j, g] with g = h / (n_head /
-/// n_kv_head), over keys j = 0..=q_pos0 + i (causal).
+/// n_kv_head), over keys j = 0..=q_pos0 + i (causal), for f32 caches.
 ///
 /// `q`: [n_q, n_head, hd]; `k`, `v`: at least [n_kv, n_kv_head, hd] (extra capacity is ignored);
 /// `out`: [n_q, n_head, hd]. Requires q_pos0 + n_q <= n_kv. Threads split the (query, head) pairs.
@@ -29,56 +40,97 @@ pub fn attention(
     scale: f32,
     out: &mut [f32],
 ) -> Result<()> {
-    let kv_len = n_kv * n_kv_head * hd;
+    let k = KvView {
+        data: bytemuck::cast_slice(k),
+        ty: KvType::F32,
+    };
+    let v = KvView {
+        data: bytemuck::cast_slice(v),
+        ty: KvType::F32,
+    };
+    attention_kv(
+        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, out,
+    )
+}
+
+/// [`attention`] over caches of any type: each key (value) head slice is decoded from its
+/// blocks when the scan reaches it. Requires hd to be a whole number of blocks of both types.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_kv(
+    q: &[f32],
+    k: KvView,
+    v: KvView,
+    n_q: usize,
+    n_kv: usize,
+    n_head: usize,
+    n_kv_head: usize,
+    hd: usize,
+    q_pos0: usize,
+    scale: f32,
+    out: &mut [f32],
+) -> Result<()> {
+    let bad = |msg: String| {
+        Error::InvalidArgument(format!(
+            "attention: {msg} (q {} out {} k {} bytes of {} v {} bytes of {} for n_q {n_q} n_kv \
+             {n_kv} heads {n_head}/{n_kv_head} hd {hd} q_pos0 {q_pos0})",
+            q.len(),
+            out.len(),
+            k.data.len(),
+            k.ty,
+            v.data.len(),
+            v.ty
+        ))
+    };
+    k.ty.check_head_dim(hd)?;
+    v.ty.check_head_dim(hd)?;
     let ok = n_kv_head > 0
-        && hd > 0
         && n_head.is_multiple_of(n_kv_head)
         && q.len() == n_q * n_head * hd
         && out.len() == q.len()
-        && k.len() >= kv_len
-        && v.len() >= kv_len
+        && k.data.len() >= k.ty.bytes(n_kv * n_kv_head * hd)
+        && v.data.len() >= v.ty.bytes(n_kv * n_kv_head * hd)
         && q_pos0 + n_q <= n_kv;
     if !ok {
-        return Err(Error::InvalidArgument(format!(
-            "attention: q {} out {} k {} v {} for n_q {n_q} n_kv {n_kv} heads {n_head}/{n_kv_head} \
-             hd {hd} q_pos0 {q_pos0}",
-            q.len(),
-            out.len(),
-            k.len(),
-            v.len()
-        )));
+        return Err(bad("shapes do not match".into()));
     }
     if n_q == 0 || n_head == 0 {
         return Ok(());
     }
     let group = n_head / n_kv_head;
-    let stride = n_kv_head * hd;
-    let pair = |p: usize, o: &mut [f32], scores: &mut Vec<f32>| {
+    // Bytes per cache row and per head slice of a row.
+    let (k_row, k_head) = (k.ty.bytes(n_kv_head * hd), k.ty.bytes(hd));
+    let (v_row, v_head) = (v.ty.bytes(n_kv_head * hd), v.ty.bytes(hd));
+    // scores: [n] for one (query, head); buf: [hd] one decoded head slice.
+    let pair = |p: usize, o: &mut [f32], (scores, buf): &mut (Vec<f32>, Vec<f32>)| {
         let (i, h) = (p / n_head, p % n_head);
         let g = h / group;
         let qh = &q[p * hd..(p + 1) * hd];
         let n = q_pos0 + i + 1;
+        buf.resize(hd, 0.0);
         scores.clear();
-        scores.extend((0..n).map(|j| scale * dot(qh, &k[j * stride + g * hd..][..hd])));
+        for j in 0..n {
+            k.ty.dequantize_into(&k.data[j * k_row + g * k_head..][..k_head], buf);
+            scores.push(scale * dot(qh, buf));
+        }
         super::ops::softmax(scores);
         o.fill(0.0);
         for (j, &pj) in scores.iter().enumerate() {
-            let vj = &v[j * stride + g * hd..][..hd];
-            for (ov, &x) in o.iter_mut().zip(vj) {
+            v.ty.dequantize_into(&v.data[j * v_row + g * v_head..][..v_head], buf);
+            for (ov, &x) in o.iter_mut().zip(buf.iter()) {
                 *ov += pj * x;
             }
         }
     };
     let work = n_q * n_head * (q_pos0 + n_q) * hd;
     if work < 64 * 1024 {
-        let mut scores = Vec::new();
+        let mut scratch = (Vec::new(), Vec::new());
         for (p, o) in out.chunks_exact_mut(hd).enumerate() {
-            pair(p, o, &mut scores);
+            pair(p, o, &mut scratch);
         }
     } else {
         out.par_chunks_exact_mut(hd)
             .enumerate()
-            .for_each_init(Vec::new, |scores, (p, o)| pair(p, o, scores));
+            .for_each_init(|| (Vec::new(), Vec::new()), |s, (p, o)| pair(p, o, s));
     }
     Ok(())
 }

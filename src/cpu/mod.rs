@@ -25,7 +25,7 @@ use rayon::prelude::*;
 use crate::{Error, GgmlType, Result};
 use act::QAct;
 
-pub use attention::attention;
+pub use attention::{attention, attention_kv, KvView};
 pub use ops::{add, embedding, rms_norm, rope, rope_tokens, silu, softmax, swiglu};
 
 /// Tokens per tile of the matmul kernels.

@@ -23,9 +23,6 @@ use crate::gpu::q8act::{qd_vec4s, qx_words};
 /// `PREFILL_BATCH`; activation scratch scales with it).
 pub const PLAN_BATCH: usize = 64;
 
-/// Bits per KV cache element memwall's backends allocate today (both keep K and V in f32).
-pub const MEMWALL_KV_BITS: f64 = 32.0;
-
 /// Bytes of every stage of a llama-shaped model, as memwall would hold them.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct MemoryModel {
@@ -272,7 +269,9 @@ impl MemoryModel {
         let n_head = nonzero(need(a.n_head, "the head count (--heads)")?, "--heads")?;
         let n_ctx = in_range(need(a.n_ctx, "the context (--ctx)")?, "--ctx", MAX_CTX)?;
         let weight_bits = need(a.weight_bits, "the weight bit width (--weight-bits)")?;
-        let kv_bits = a.kv_bits.unwrap_or(MEMWALL_KV_BITS);
+        let kv_bits = a
+            .kv_bits
+            .unwrap_or(crate::kv_type::KvTypes::default().mean_bits());
         let n_head_kv = nonzero(a.n_head_kv.unwrap_or(n_head), "--kv-heads")?;
         if !n_head.is_multiple_of(n_head_kv) {
             return Err(Error::InvalidArgument(format!(

@@ -17,6 +17,7 @@ use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
+use crate::kv_type::KvTypes;
 use crate::model::{embed_stage, head_stage, layer_stage, Logits, Scratch};
 use crate::scheduler::dynamic::Dynamic;
 use crate::scheduler::policy::PolicyReport;
@@ -68,6 +69,8 @@ pub struct Exec {
     n_ctx: usize,
     batch: usize,
     f32_activations: bool,
+    /// Element types of every layer's K and V cache.
+    kv_types: KvTypes,
     /// Made when a placement first puts a stage on the CPU.
     cpu: Option<(CpuBackend, Scratch<Vec<f32>>)>,
     /// Made when a placement first puts a stage on the GPU.
@@ -127,6 +130,7 @@ impl Exec {
         n_ctx: usize,
         batch: usize,
         f32_activations: bool,
+        kv_types: KvTypes,
     ) -> Result<Exec> {
         if n_ctx == 0 || batch == 0 {
             return Err(Error::InvalidArgument(
@@ -143,6 +147,7 @@ impl Exec {
             n_ctx,
             batch,
             f32_activations,
+            kv_types,
             cpu: None,
             gpu: None,
             placement: placement.clone(),
@@ -200,8 +205,13 @@ impl Exec {
     fn cpu_side(&mut self) -> Result<&mut (CpuBackend, Scratch<Vec<f32>>)> {
         if self.cpu.is_none() {
             let kv: Vec<bool> = self.kv_home.iter().map(|&d| d == Device::Cpu).collect();
-            let mut b =
-                CpuBackend::with_kv_layers(self.gguf.clone(), self.cfg.clone(), self.n_ctx, &kv)?;
+            let mut b = CpuBackend::with_kv_types(
+                self.gguf.clone(),
+                self.cfg.clone(),
+                self.n_ctx,
+                &kv,
+                self.kv_types,
+            )?;
             b.set_f32_activations(self.f32_activations);
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             self.cpu = Some((b, s));
@@ -217,6 +227,13 @@ impl Exec {
                 .gpu_model
                 .clone()
                 .ok_or_else(|| Error::InvalidArgument("no GPU is open".into()))?;
+            if self.kv_types != KvTypes::F32 {
+                return Err(Error::InvalidArgument(format!(
+                    "KV cache {}: the GPU backend holds f32 caches only for now; run on the CPU \
+                     or pass --cache-type-k f32 --cache-type-v f32",
+                    self.kv_types.signature()
+                )));
+            }
             let mut b = GpuBackend::new(m, self.n_ctx, self.batch)?;
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             // Caches for the blocks that start here (streamed ones have none yet).
@@ -343,6 +360,11 @@ impl Exec {
         let p = self.placement.get(phase).clone();
         let pool = self.pool.clone();
         pool.install(|| self.migrate(&p, n_past))
+    }
+
+    /// Element types of the K and V caches.
+    pub fn kv_types(&self) -> KvTypes {
+        self.kv_types
     }
 
     /// Where each layer's KV cache is now.
@@ -619,7 +641,9 @@ impl Exec {
 
     /// Bytes of KV cache held per device: [cpu, gpu].
     pub fn kv_bytes(&self) -> [u64; 2] {
-        let per_layer = (self.n_ctx * self.cfg.kv_dim() * 4 * 2) as u64;
+        let t = self.kv_types;
+        let row = self.cfg.kv_dim();
+        let per_layer = (self.n_ctx * (t.k.bytes(row) + t.v.bytes(row))) as u64;
         let mut out = [0u64; 2];
         for &d in &self.kv_home {
             out[d.index()] += per_layer;

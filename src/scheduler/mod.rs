@@ -176,14 +176,16 @@ impl PhasePlacement {
 /// positions: `crate::plan::fit`'s choice (weights, KV cache, scratch and staging counted; the
 /// most bytes on the GPU without exceeding the budget). With `stream`, room for the two stream
 /// slots and for the KV cache of every block (all then run on the GPU) is set aside first.
+/// `kv_bits`: mean bits per cached K/V value (`KvTypes::mean_bits`).
 pub fn fit_budget(
     gguf: &crate::gguf::Gguf,
     cfg: &crate::config::Config,
     n_ctx: usize,
     budget: u64,
     stream: bool,
+    kv_bits: f64,
 ) -> crate::error::Result<Placement> {
-    let mm = crate::plan::MemoryModel::from_gguf(gguf, cfg, n_ctx, crate::plan::MEMWALL_KV_BITS)?;
+    let mm = crate::plan::MemoryModel::from_gguf(gguf, cfg, n_ctx, kv_bits)?;
     let budget = if stream {
         let slot = mm.layer_weight_bytes.iter().copied().max().unwrap_or(0);
         let reserve = 2 * slot + mm.kv_bytes_per_layer * mm.n_layer as u64;
