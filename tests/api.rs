@@ -305,3 +305,26 @@ fn placement_events_follow_the_offload_policy() {
     assert_eq!(seen.last(), Some(&done.placement));
     assert_eq!(&done.placement, s.engine().exec().placement());
 }
+
+/// The builder's KV cache types reach the session: a q8_0/q4_0 cache is what the engine
+/// session reports, and its greedy output is the engine's with the same load options.
+#[test]
+fn cache_types_reach_the_session() {
+    use memwall::api::KvType;
+    let cfg = ModelConfig::new(common::model_path())
+        .device(DeviceChoice::Cpu)
+        .n_ctx(256)
+        .cache_types(KvType::Q8_0, KvType::Q4_0);
+    let m = cfg.load().unwrap();
+    let mut s = m.session().unwrap();
+    assert_eq!(s.engine().kv_signature(), "k=q8_0,v=q4_0");
+    s.set_max_tokens(6);
+    let mut ids = Vec::new();
+    for ev in s.prompt(PROMPT).unwrap() {
+        if let Event::Token { id, .. } = ev.unwrap() {
+            ids.push(id);
+        }
+    }
+    let prompt = m.tokenize(PROMPT, true);
+    assert_eq!(ids, greedy_reference(&m, &prompt, ids.len()));
+}

@@ -29,6 +29,7 @@ use crate::error::Result;
 
 pub use crate::chat::ChatMessage;
 pub use crate::engine::{default_model_path, DeviceChoice, StopReason, Timings};
+pub use crate::kv_type::KvType;
 pub use crate::sampler::SamplerParams;
 pub use crate::scheduler::{Phase, PhasePlacement, Placement};
 pub use session::{CancelHandle, Session};
@@ -81,9 +82,17 @@ impl ModelConfig {
         self
     }
 
-    /// Every load option, including those without a builder method yet. The KV cache
-    /// element types (`cache_type_k` / `cache_type_v`) belong here with their builder
-    /// methods when LoadOptions has them.
+    /// The KV cache element types of keys and values (e.g. K `KvType::Q8_0`, V
+    /// `KvType::Q4_0` for a 2.5x smaller cache than f16). Default: f16 on the CPU, f32 when a
+    /// GPU is open (the GPU kernels read f32 caches only so far; a quantized type with a GPU
+    /// is refused at load).
+    pub fn cache_types(mut self, k: KvType, v: KvType) -> Self {
+        self.opts.cache_type_k = Some(k);
+        self.opts.cache_type_v = Some(v);
+        self
+    }
+
+    /// Every load option, including those without a builder method.
     pub fn options_mut(&mut self) -> &mut LoadOptions {
         &mut self.opts
     }
