@@ -61,6 +61,9 @@ typedef struct memwall_config {
     float min_p;             /* 0 = off */
     float repeat_penalty;    /* 1 = off */
     uint64_t seed;
+    const char *cache_type_k; /* KV cache type of keys: "f16", "q8_0", "q4_0", "f32";
+                               * NULL = default (f16 on the CPU, f32 with a GPU) */
+    const char *cache_type_v; /* KV cache type of values, as cache_type_k */
 } memwall_config;
 
 /* One message of a conversation. */

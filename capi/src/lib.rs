@@ -10,7 +10,7 @@ mod guard;
 use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, TryLockError};
 
-use memwall::api::{self, CancelHandle, DeviceChoice, Event, SamplerParams, StopReason};
+use memwall::api::{self, CancelHandle, DeviceChoice, Event, KvType, SamplerParams, StopReason};
 
 use guard::{c_str, guard, obj, CError, ERR_BUFFER_TOO_SMALL, ERR_BUSY, ERR_INVALID_ARGUMENT};
 
@@ -33,6 +33,11 @@ pub struct memwall_config {
     pub min_p: f32,
     pub repeat_penalty: f32,
     pub seed: u64,
+    /// KV cache type of keys: "f16", "q8_0", "q4_0" or "f32"; NULL: the default (f16 on the
+    /// CPU, f32 with a GPU).
+    pub cache_type_k: *const c_char,
+    /// KV cache type of values, as `cache_type_k`.
+    pub cache_type_v: *const c_char,
 }
 
 /// A loaded model and the sampling its sessions start with.
@@ -97,6 +102,8 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
         min_p: s.min_p,
         repeat_penalty: s.repeat_penalty,
         seed: s.seed,
+        cache_type_k: std::ptr::null(),
+        cache_type_v: std::ptr::null(),
     }
 }
 
@@ -104,7 +111,7 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `config` is NULL or points to a `memwall_config`
-/// whose `device` is NULL or a NUL-terminated string.
+/// whose `device`, `cache_type_k` and `cache_type_v` are NULL or NUL-terminated strings.
 #[no_mangle]
 pub unsafe extern "C" fn memwall_model_load(
     path: *const c_char,
@@ -130,6 +137,16 @@ pub unsafe extern "C" fn memwall_model_load(
             }
             if c.n_threads > 0 {
                 cfg = cfg.threads(c.n_threads as usize);
+            }
+            if !c.cache_type_k.is_null() {
+                // SAFETY: non-NULL, NUL-terminated by the contract.
+                let k = unsafe { c_str(c.cache_type_k, "config.cache_type_k") }?;
+                cfg.options_mut().cache_type_k = Some(k.parse::<KvType>()?);
+            }
+            if !c.cache_type_v.is_null() {
+                // SAFETY: non-NULL, NUL-terminated by the contract.
+                let v = unsafe { c_str(c.cache_type_v, "config.cache_type_v") }?;
+                cfg.options_mut().cache_type_v = Some(v.parse::<KvType>()?);
             }
             let sampler = sampler_of(&c);
             sampler.validate()?;

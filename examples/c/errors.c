@@ -81,6 +81,13 @@ int main(int argc, char **argv) {
     expect("unknown device", m == NULL && strlen(memwall_last_error()) > 0, 0);
     config.device = "cpu";
 
+    config.cache_type_k = "q3_x";
+    m = memwall_model_load(model_path, &config);
+    expect("unknown KV cache type",
+           m == NULL && strstr(memwall_last_error(), "q3_x") != NULL, 0);
+    config.cache_type_k = "q8_0";
+    config.cache_type_v = "q4_0";
+
     m = memwall_model_load(model_path, &config);
     expect("good model loads", m != NULL && memwall_last_error()[0] == '\0', 0);
     if (m == NULL) return 1;
