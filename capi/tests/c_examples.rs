@@ -63,6 +63,7 @@ fn c_errors_come_back_as_codes_and_text() {
         "not a GGUF file: ok",
         "truncated model: ok",
         "NULL path: ok",
+        "unknown KV cache type: ok",
         "small buffer: ok code=-8 message=",
         "prompt over the context: ok code=-5 message=prompt of",
         "callback stops: ok code=3",
