@@ -17,6 +17,7 @@ use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
 use crate::gpu::recorder::Recorder;
 use crate::gpu::shaders::{KernelKey, MatvecOut};
 use crate::gpu::stream::StreamRing;
+use crate::gpu::timing::GpuTimer;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
@@ -77,6 +78,9 @@ pub struct GpuBackend {
     qd: wgpu::Buffer,
     /// Slots for blocks that run here without resident weights (see `gpu::stream`).
     stream: Option<StreamRing>,
+    /// Timestamp queries for measured passes, when the adapter has them and the model allows
+    /// them (see `gpu::timing`).
+    timer: Option<GpuTimer>,
     /// Bytes of every buffer this session allocated (KV cache, scratch, activations,
     /// readback staging, uniform ring); the weights are the model's (`GpuModel::weight_bytes`).
     allocated: u64,
@@ -157,6 +161,12 @@ impl GpuBackend {
         let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
         let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;
+        // Two stamps per stage (embedding, blocks, head) of one batch.
+        let timer = if m.timestamps {
+            GpuTimer::new(&m.ctx, 2 * (cfg.n_layer as u32 + 2))?
+        } else {
+            None
+        };
         let allocated = kv
             .iter()
             .flatten()
@@ -164,8 +174,10 @@ impl GpuBackend {
             .chain([&att_scratch, &ids, &argmax_out, &qx, &qd])
             .map(|b| b.size())
             .sum::<u64>()
-            + rec.ring_bytes();
+            + rec.ring_bytes()
+            + timer.as_ref().map_or(0, |t| t.bytes());
         Ok(GpuBackend {
+            timer,
             allocated,
             qx,
             qd,
@@ -218,6 +230,30 @@ impl GpuBackend {
             }
         }
         Ok(true)
+    }
+
+    /// Whether measured passes can time this backend's stages with GPU timestamps.
+    pub fn has_timestamps(&self) -> bool {
+        self.timer.is_some()
+    }
+
+    /// Records a GPU timestamp after the work recorded so far; its index among the stamps
+    /// since the last [`GpuBackend::read_stamps`], or None without timestamp queries.
+    pub fn stamp(&mut self) -> Result<Option<u32>> {
+        match self.timer.as_mut() {
+            Some(t) => t.stamp(&mut self.rec).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Submits, waits, and returns the milliseconds (on the GPU's clock) of every stamp since
+    /// the last read, in index order.
+    pub fn read_stamps(&mut self) -> Result<Vec<f64>> {
+        let Some((buf, bytes)) = self.timer.as_mut().and_then(|t| t.resolve(&mut self.rec)) else {
+            return Ok(Vec::new());
+        };
+        let raw = self.read_bytes(&buf, bytes)?;
+        Ok(self.timer.as_ref().map_or(Vec::new(), |t| t.to_ms(&raw)))
     }
 
     /// (blocks loaded, bytes copied, GPU bytes of the slots) of layer streaming.

@@ -136,6 +136,7 @@ impl Dynamic {
         let per_token = |ms: f64| ms / t.tokens.max(1) as f64;
         let s = Sample {
             phase: t.phase,
+            source: t.source,
             tokens: t.tokens,
             embed: (t.embed.0, per_token(t.embed.1)),
             layers: t.layers.iter().map(|&(d, ms)| (d, per_token(ms))).collect(),

@@ -19,14 +19,21 @@ use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
 use crate::model::{embed_stage, head_stage, layer_stage, Logits, Scratch};
 use crate::scheduler::dynamic::Dynamic;
-use crate::scheduler::policy::PolicyReport;
+use crate::scheduler::policy::{PolicyReport, TimeSource};
 use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
-/// Wall-clock milliseconds of each stage of one forward pass, each stage synchronized with its
-/// device before the clock stops (a measured pass, see [`Exec::measure_next`]).
+/// Milliseconds of each stage of one forward pass (a measured pass, see
+/// [`Exec::measure_next`]): GPU stages by GPU timestamps around them when the adapter has
+/// timestamp queries, else (and CPU stages always) by the wall clock with the stage's device
+/// synchronized before the clock stops.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StageTimes {
     pub phase: Phase,
+    /// How the GPU stages were timed.
+    pub source: TimeSource,
+    /// Wall-clock milliseconds of the whole pass (its batches, without the timestamp
+    /// read-backs): the stage times sum to no more than this.
+    pub wall_ms: f64,
     /// Tokens in the pass.
     pub tokens: usize,
     pub embed: (Device, f64),
@@ -85,6 +92,11 @@ pub struct Exec {
     /// The measured pass in progress (the head adds its time).
     pending: Option<StageTimes>,
     last_times: Option<StageTimes>,
+    /// Whether the measured pass in progress times GPU stages with timestamps.
+    use_stamps: bool,
+    /// GPU timestamps of the batch in progress: (stage index: 0 embedding, 1 + l block l,
+    /// n_layer + 1 head; stamp before; stamp after).
+    marks: Vec<(usize, u32, u32)>,
     pub stats: ExecStats,
 }
 
@@ -151,6 +163,8 @@ impl Exec {
             timed: false,
             pending: None,
             last_times: None,
+            use_stamps: false,
+            marks: Vec::new(),
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -401,8 +415,17 @@ impl Exec {
         let p = self.placement.get(phase).clone();
         self.migrate(&p, pos0)?;
         self.pending = None;
+        self.use_stamps = measure && p.uses(Device::Gpu) && self.gpu_side()?.0.has_timestamps();
+        self.marks.clear();
+        let source = if self.use_stamps {
+            TimeSource::GpuTimestamps
+        } else {
+            TimeSource::WallClock
+        };
         let mut times = measure.then(|| StageTimes {
             phase,
+            source,
+            wall_ms: 0.0,
             tokens: tokens.len(),
             embed: (p.embed, 0.0),
             layers: p.layers.iter().map(|&d| (d, 0.0)).collect(),
@@ -414,15 +437,15 @@ impl Exec {
         let mut done = 0;
         for chunk in tokens.chunks(self.batch) {
             let n = chunk.len();
+            let t_chunk = Instant::now();
             let mut t = Instant::now();
+            let s0 = self.stamp_gpu(p.embed)?;
             on_dev!(self, p.embed, |b, s| embed_stage(b, s, chunk))?;
-            if let Some(times) = times.as_mut() {
-                on_dev!(self, p.embed, |b, _s| b.sync())?;
-                times.embed.1 += t.elapsed().as_secs_f64() * 1e3;
-            }
+            self.end_stage(times.as_mut(), p.embed, 0, s0, t)?;
             let mut at = p.embed;
             for (l, &d) in p.layers.iter().enumerate() {
                 if d != at {
+                    self.before_crossing(at)?;
                     t = Instant::now();
                     self.cross(at, d, n)?;
                     if let Some(times) = times.as_mut() {
@@ -435,24 +458,119 @@ impl Exec {
                 if d == Device::Gpu {
                     self.gpu_side()?.0.stream_in(l)?;
                 }
+                let s0 = self.stamp_gpu(d)?;
                 on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                let s1 = self.stamp_gpu(d)?;
                 // A streamed next block loads while this one runs (stream_in submits first).
                 if d == Device::Gpu && p.layers.get(l + 1) == Some(&Device::Gpu) {
                     self.gpu_side()?.0.stream_in(l + 1)?;
                 }
-                if let Some(times) = times.as_mut() {
-                    on_dev!(self, d, |b, _s| b.sync())?;
-                    times.layers[l].1 += t.elapsed().as_secs_f64() * 1e3;
-                }
+                self.end_stage_stamped(times.as_mut(), d, 1 + l, s0, s1, t)?;
             }
             // The head (in `after`) adds its time and crossing to the pass being measured.
             self.pending = times.take();
             after(self, at, done, n)?;
             times = self.pending.take();
+            if let Some(times) = times.as_mut() {
+                times.wall_ms += t_chunk.elapsed().as_secs_f64() * 1e3;
+                self.apply_stamps(times)?;
+            }
             done += n;
         }
+        self.use_stamps = false;
         if measure {
             self.last_times = times;
+        }
+        Ok(())
+    }
+
+    /// A GPU timestamp before or after a stage on `d`, when the measured pass uses them.
+    fn stamp_gpu(&mut self, d: Device) -> Result<Option<u32>> {
+        if self.use_stamps && d == Device::Gpu {
+            self.gpu_side()?.0.stamp()
+        } else {
+            Ok(None)
+        }
+    }
+
+    /// Ends the timing of a stage on `d` (index `k`) that began at `t` with stamp `s0`.
+    fn end_stage(
+        &mut self,
+        times: Option<&mut StageTimes>,
+        d: Device,
+        k: usize,
+        s0: Option<u32>,
+        t: Instant,
+    ) -> Result<()> {
+        let s1 = self.stamp_gpu(d)?;
+        self.end_stage_stamped(times, d, k, s0, s1, t)
+    }
+
+    /// As `end_stage` with the closing stamp already recorded: a stamped stage is noted for
+    /// [`Exec::apply_stamps`]; any other is synchronized and timed by the wall clock.
+    fn end_stage_stamped(
+        &mut self,
+        times: Option<&mut StageTimes>,
+        d: Device,
+        k: usize,
+        s0: Option<u32>,
+        s1: Option<u32>,
+        t: Instant,
+    ) -> Result<()> {
+        let Some(times) = times else {
+            return Ok(());
+        };
+        if let (Some(a), Some(b)) = (s0, s1) {
+            self.marks.push((k, a, b));
+            return Ok(());
+        }
+        on_dev!(self, d, |b, _s| b.sync())?;
+        let ms = t.elapsed().as_secs_f64() * 1e3;
+        let n_layer = self.cfg.n_layer;
+        match k {
+            0 => times.embed.1 += ms,
+            k if k == n_layer + 1 => {
+                let prev = times.head.map_or(0.0, |h| h.1);
+                times.head = Some((d, prev + ms));
+            }
+            k => times.layers[k - 1].1 += ms,
+        }
+        Ok(())
+    }
+
+    /// With timestamps, the GPU's queued stages finish before a crossing is timed, so the
+    /// crossing's time is the copy alone (a wall-clock pass has synchronized each stage).
+    fn before_crossing(&mut self, from: Device) -> Result<()> {
+        if self.use_stamps && from == Device::Gpu {
+            self.gpu_side()?.0.sync()?;
+        }
+        Ok(())
+    }
+
+    /// Reads back the GPU timestamps of the batch just run and adds each stamped stage's
+    /// time to `times`.
+    fn apply_stamps(&mut self, times: &mut StageTimes) -> Result<()> {
+        if self.marks.is_empty() {
+            return Ok(());
+        }
+        let ms = self.gpu_side()?.0.read_stamps()?;
+        let n_layer = self.cfg.n_layer;
+        for (k, a, b) in std::mem::take(&mut self.marks) {
+            let (Some(&ta), Some(&tb)) = (ms.get(a as usize), ms.get(b as usize)) else {
+                return Err(Error::Gpu(format!(
+                    "GPU timestamps {a} and {b} not read back ({} read)",
+                    ms.len()
+                )));
+            };
+            let dt = (tb - ta).max(0.0);
+            match k {
+                0 => times.embed.1 += dt,
+                k if k == n_layer + 1 => {
+                    let prev = times.head.map_or(0.0, |h| h.1);
+                    times.head = Some((Device::Gpu, prev + dt));
+                }
+                k => times.layers[k - 1].1 += dt,
+            }
         }
         Ok(())
     }
@@ -470,6 +588,7 @@ impl Exec {
     ) -> Result<Device> {
         let d = self.placement.get(phase_of(n_total)).head;
         if d != at {
+            self.before_crossing(at)?;
             let t = Instant::now();
             self.cross(at, d, n)?;
             if let Some(times) = self.pending.as_mut() {
@@ -478,19 +597,28 @@ impl Exec {
             }
         }
         let cfg = self.cfg.clone();
+        let s0 = self.stamp_gpu(d)?;
         on_dev!(self, d, |b, s| head_stage(b, &cfg, s, first, n_rows))?;
+        let s1 = self.stamp_gpu(d)?;
+        if let (Some(a), Some(b)) = (s0, s1) {
+            if self.pending.is_some() {
+                self.marks.push((self.cfg.n_layer + 1, a, b));
+            }
+        }
         Ok(d)
     }
 
-    /// Adds the head's time (since `t`, the device synchronized) to a measured pass.
+    /// Adds the head's time (since `t`, the device synchronized) to a measured pass, unless
+    /// GPU timestamps time it.
     fn note_head(&mut self, d: Device, t: Instant) -> Result<()> {
-        if self.pending.is_some() {
-            on_dev!(self, d, |b, _s| b.sync())?;
-            if let Some(times) = self.pending.as_mut() {
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                let prev = times.head.map_or(0.0, |h| h.1);
-                times.head = Some((d, prev + ms));
-            }
+        if self.use_stamps && d == Device::Gpu {
+            return Ok(());
+        }
+        if let Some(mut times) = self.pending.take() {
+            let r =
+                self.end_stage_stamped(Some(&mut times), d, self.cfg.n_layer + 1, None, None, t);
+            self.pending = Some(times);
+            r?;
         }
         Ok(())
     }
@@ -608,8 +736,20 @@ impl Exec {
             return Ok(());
         };
         let d = dy.after(&times)?;
+        log::debug!(
+            "offload policy: {:?} pass of {} tokens timed by {} ({:.3} ms wall)",
+            times.phase,
+            times.tokens,
+            times.source,
+            times.wall_ms
+        );
         if d.changed {
-            log::info!("offload policy ({:?}): {}", d.phase, d.reason);
+            log::info!(
+                "offload policy ({:?}, {}): {}",
+                d.phase,
+                times.source,
+                d.reason
+            );
             self.set_placement(d.phase, d.placement)?;
         } else {
             log::debug!("offload policy ({:?}): {}", d.phase, d.reason);

@@ -124,10 +124,33 @@ pub const DEFAULT_SMOOTHING: f64 = 0.6;
 /// beyond ln 1.3 even with ±20 % noise: 1.6 / 1.07 > 1.3).
 pub const DEFAULT_NOISE: f64 = 0.3;
 
+/// Which clock timed a sample's GPU stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeSource {
+    /// GPU timestamp queries around each GPU stage (the GPU's execution time, no host sync
+    /// per stage); CPU stages and crossings are still timed by the wall clock.
+    GpuTimestamps,
+    /// The host's wall clock with the device synchronized after each stage (adapters without
+    /// timestamp queries).
+    WallClock,
+}
+
+impl std::fmt::Display for TimeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeSource::GpuTimestamps => "gpu timestamps",
+            TimeSource::WallClock => "wall clock",
+        })
+    }
+}
+
 /// One timed sample: per-token milliseconds per stage on the device it ran on this time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub phase: Phase,
+    /// How the GPU stages were timed.
+    pub source: TimeSource,
     /// Tokens the sample covered (the timings are already per token).
     pub tokens: usize,
     pub embed: (Device, f64),
@@ -212,6 +235,8 @@ struct PhaseState {
     probes: usize,
     probe_cursor: usize,
     last: Option<Decision>,
+    /// The clock of the latest sample.
+    source: Option<TimeSource>,
 }
 
 /// The dynamic offload policy (see the module docs).
@@ -256,6 +281,7 @@ impl Policy {
             probes: 0,
             probe_cursor: 0,
             last: None,
+            source: None,
         };
         Ok(Policy {
             phases: [state(Phase::Prefill), state(Phase::Decode)],
@@ -318,6 +344,7 @@ impl Policy {
             self.cfg.noise,
         );
         st.samples += 1;
+        st.source = Some(s.source);
         Ok(())
     }
 
@@ -459,7 +486,7 @@ impl Policy {
         let phase = |ph: Phase| {
             let st = &self.phases[ph.index()];
             let p = self.current.get(ph);
-            report::phase_report(p, st.est.costs(), st.samples, st.probes)
+            report::phase_report(p, st.est.costs(), st.samples, st.probes, st.source)
         };
         PolicyReport {
             prefill: phase(Phase::Prefill),
