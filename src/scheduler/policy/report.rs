@@ -58,6 +58,10 @@ pub struct PolicyReport {
     pub prefill: PhaseReport,
     pub decode: PhaseReport,
     pub migrations: Vec<DecisionReport>,
+    /// Residency mode: the resident blocks, `R` resident, `s` streamed when on the GPU (e.g.
+    /// `RRRsss`), and the objective's `[prefill, decode]` weights.
+    pub resident: Option<String>,
+    pub shares: Option<[f64; 2]>,
 }
 
 pub(super) fn phase_report(
