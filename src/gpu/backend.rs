@@ -78,6 +78,10 @@ pub struct GpuBackend {
     qd: wgpu::Buffer,
     /// Slots for blocks that run here without resident weights (see `gpu::stream`).
     stream: Option<StreamRing>,
+    /// Blocks this session made resident itself (the scheduler's residency decisions), by
+    /// matrix id: uploaded from the mmap as a stream slot is, freed when evicted. The
+    /// model's own resident blocks are shared by every session and never evicted.
+    own: std::collections::HashMap<WeightId, GpuWeightMatrix>,
     /// Timestamp queries for measured passes, when the adapter has them and the model allows
     /// them (see `gpu::timing`).
     timer: Option<GpuTimer>,
@@ -177,6 +181,7 @@ impl GpuBackend {
             + rec.ring_bytes()
             + timer.as_ref().map_or(0, |t| t.bytes());
         Ok(GpuBackend {
+            own: std::collections::HashMap::new(),
             timer,
             allocated,
             qx,
@@ -214,7 +219,7 @@ impl GpuBackend {
     /// stream slot (after submitting the work recorded so far, which may read that slot).
     /// Returns whether the block is streamed.
     pub fn stream_in(&mut self, l: usize) -> Result<bool> {
-        if self.m.has_layer(l) {
+        if self.has_block(l) {
             return Ok(false);
         }
         let m = Arc::clone(&self.m);
@@ -263,8 +268,64 @@ impl GpuBackend {
             .map(|r| (r.n_loads, r.bytes_loaded, r.bytes))
     }
 
+    /// Whether block `l`'s weights are resident here (the model's or this session's).
+    pub fn has_block(&self, l: usize) -> bool {
+        self.m.has_layer(l) || self.own.contains_key(&WeightId::Wq(l))
+    }
+
+    /// Whether this session made block `l` resident itself.
+    pub fn owns_block(&self, l: usize) -> bool {
+        self.own.contains_key(&WeightId::Wq(l))
+    }
+
+    /// Makes block `l`'s matrices resident in this session, uploaded from `gguf` in the same
+    /// layout (and split) a stream slot uses, so the block runs the same kernels either way.
+    /// No-op when it is resident already. Between passes only.
+    pub fn make_resident(&mut self, l: usize, gguf: &Gguf) -> Result<()> {
+        if self.has_block(l) {
+            return Ok(());
+        }
+        let m = Arc::clone(&self.m);
+        let mut added = Vec::new();
+        for id in crate::gpu::stream::layer_matrices(l) {
+            let w = m.ctx.scoped(&format!("upload {}", id.tensor_name()), || {
+                crate::gpu::stream::upload(&m.ctx, gguf, id, m.max_binding_bytes)
+            })?;
+            self.allocated += crate::gpu::stream::matrix_bytes(&w);
+            added.push((id, w));
+        }
+        self.own.extend(added);
+        Ok(())
+    }
+
+    /// Frees block `l`'s session-owned matrices (it streams from now on). Submits recorded
+    /// work first and forgets cached bind groups, which would keep the buffers alive.
+    pub fn evict(&mut self, l: usize) -> Result<()> {
+        if !self.owns_block(l) {
+            return Ok(());
+        }
+        self.rec.flush(&self.m.ctx)?;
+        for id in crate::gpu::stream::layer_matrices(l) {
+            if let Some(w) = self.own.remove(&id) {
+                self.allocated = self
+                    .allocated
+                    .saturating_sub(crate::gpu::stream::matrix_bytes(&w));
+            }
+        }
+        self.rec.clear_cache();
+        Ok(())
+    }
+
+    /// (bytes, milliseconds) of host-side stream loads so far (repack + queue write).
+    pub fn stream_upload(&self) -> Option<(u64, f64)> {
+        self.stream.as_ref().map(|r| (r.bytes_loaded, r.load_ms))
+    }
+
     /// A weight matrix: the resident copy, else the streamed one.
     fn weight(&self, w: WeightId) -> Result<GpuWeightMatrix> {
+        if let Some(m) = self.own.get(&w) {
+            return Ok(m.clone());
+        }
         if let Some(m) = self.stream.as_ref().and_then(|r| r.matrix(w)) {
             if !self.m.has(w) {
                 return Ok(m.clone());

@@ -63,6 +63,9 @@ pub struct ExecStats {
     pub kv_moves: u64,
     /// Positions copied by those moves.
     pub kv_positions_moved: u64,
+    /// Blocks this session uploaded to make them resident, and freed (residency changes).
+    pub blocks_uploaded: u64,
+    pub blocks_freed: u64,
 }
 
 /// A placement-driven forward pass over a CPU backend and, when the model has one, a GPU
@@ -97,6 +100,13 @@ pub struct Exec {
     /// GPU timestamps of the batch in progress: (stage index: 0 embedding, 1 + l block l,
     /// n_layer + 1 head; stamp before; stamp after).
     marks: Vec<(usize, u32, u32)>,
+    /// Blocks whose weights this session keeps resident on the GPU itself (`[n_layer]`, all
+    /// false unless the policy manages residency, see [`Exec::manage_residency`]).
+    own_resident: Vec<bool>,
+    /// The GPU budget residency decisions keep within, when the policy manages them.
+    residency_budget: Option<u64>,
+    /// Stream loads (bytes, ms) already given to the policy.
+    upload_seen: (u64, f64),
     pub stats: ExecStats,
 }
 
@@ -165,6 +175,9 @@ impl Exec {
             last_times: None,
             use_stamps: false,
             marks: Vec::new(),
+            own_resident: vec![false; placement.prefill.layers.len()],
+            residency_budget: None,
+            upload_seen: (0, 0.0),
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -239,6 +252,11 @@ impl Exec {
                     b.write_kv(l, &[], &[])?;
                 }
             }
+            for (l, &r) in self.own_resident.iter().enumerate() {
+                if r {
+                    b.make_resident(l, &self.gguf)?;
+                }
+            }
             self.gpu = Some((b, s));
             self.enable_streaming_if_needed()?;
         }
@@ -252,10 +270,86 @@ impl Exec {
         let Some(g) = &self.gpu_model else {
             return false;
         };
-        p.layers
-            .iter()
-            .enumerate()
-            .any(|(l, &d)| d == Device::Gpu && !g.has_layer(l))
+        p.layers.iter().enumerate().any(|(l, &d)| {
+            d == Device::Gpu
+                && !g.has_layer(l)
+                && !self.own_resident.get(l).copied().unwrap_or(false)
+        })
+    }
+
+    /// Lets the offload policy decide which blocks are resident (see
+    /// `policy::ResidencyConfig`): `initial[l]` blocks are uploaded now (or when the GPU backend
+    /// is made) and owned by this session; later decisions upload and free blocks between
+    /// tokens. `budget` bounds the GPU bytes those decisions use. Call before
+    /// [`Exec::enable_policy`]. Needs a GPU model without resident blocks of its own.
+    pub fn manage_residency(&mut self, budget: u64, initial: Vec<bool>) -> Result<()> {
+        let n = self.cfg.n_layer;
+        let g = self
+            .gpu_model
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("residency decisions need a GPU".into()))?;
+        if initial.len() != n || (0..n).any(|l| g.has_layer(l)) {
+            return Err(Error::InvalidArgument(format!(
+                "residency decisions need {n} flags ({} given) and a GPU model holding no \
+                 blocks itself",
+                initial.len()
+            )));
+        }
+        self.residency_budget = Some(budget);
+        self.apply_residency(&initial)
+    }
+
+    /// Changes which blocks this session keeps resident (`want`, `[n_layer]`), between passes:
+    /// what the policy does when it manages residency; tests call it directly. Results do not
+    /// change: a resident block runs the same kernels on the same layout as a streamed one.
+    pub fn set_residency(&mut self, want: &[bool]) -> Result<()> {
+        if want.len() != self.cfg.n_layer {
+            return Err(Error::InvalidArgument(format!(
+                "residency of {} blocks for a model of {}",
+                want.len(),
+                self.cfg.n_layer
+            )));
+        }
+        let pool = self.pool.clone();
+        pool.install(|| self.apply_residency(want))
+    }
+
+    /// The blocks this session keeps resident itself.
+    pub fn own_resident(&self) -> &[bool] {
+        &self.own_resident
+    }
+
+    /// Uploads the blocks `want` marks and frees this session's others (frees first, so the
+    /// GPU never holds both sets).
+    fn apply_residency(&mut self, want: &[bool]) -> Result<()> {
+        let gguf = self.gguf.clone();
+        if let Some((b, _)) = self.gpu.as_mut() {
+            let mut changed = (0, 0);
+            for (l, &w) in want.iter().enumerate() {
+                if !w && b.owns_block(l) {
+                    b.evict(l)?;
+                    changed.1 += 1;
+                    self.stats.blocks_freed += 1;
+                }
+            }
+            for (l, &w) in want.iter().enumerate() {
+                if w && !b.has_block(l) {
+                    b.make_resident(l, &gguf)?;
+                    changed.0 += 1;
+                    self.stats.blocks_uploaded += 1;
+                }
+            }
+            if changed != (0, 0) {
+                log::info!(
+                    "residency: {} blocks uploaded, {} freed ({} resident)",
+                    changed.0,
+                    changed.1,
+                    want.iter().filter(|&&w| w).count()
+                );
+            }
+        }
+        self.own_resident = want.to_vec();
+        self.enable_streaming_if_needed()
     }
 
     /// Makes the GPU backend's stream slots when a placement streams blocks.
@@ -395,13 +489,20 @@ impl Exec {
             });
         }
         let phase = phase_of(tokens.len());
+        if let Some(d) = self.dynamic.as_mut() {
+            d.count(phase, tokens.len());
+        }
         let mut measure = std::mem::take(&mut self.measure_next);
         let current = self.placement.get(phase).clone();
         if let Some((due, probe)) = self.dynamic.as_mut().map(|d| d.before(phase, &current)) {
             measure |= due;
             if let Some(pp) = probe {
                 match self.check(&pp) {
-                    Ok(()) => *self.placement.get_mut(phase) = pp,
+                    Ok(()) => {
+                        *self.placement.get_mut(phase) = pp;
+                        // A probe may put a non-resident block on the GPU: it streams.
+                        self.enable_streaming_if_needed()?;
+                    }
                     Err(e) => {
                         log::warn!("offload policy: probe {pp} not run: {e}");
                         if let Some(d) = self.dynamic.as_mut() {
@@ -682,6 +783,19 @@ impl Exec {
     /// on the GPU (sizes from `mm`, the plan of this model and context).
     pub fn enable_policy(&mut self, every: usize, mm: &crate::plan::MemoryModel) -> Result<()> {
         let resident = self.resident();
+        if let Some(budget) = self.residency_budget {
+            self.dynamic = Some(Dynamic::new_managed(
+                every,
+                mm,
+                &resident,
+                self.placement.clone(),
+                self.own_resident.clone(),
+                budget,
+                self.batch,
+                self.gpu_model.is_some(),
+            )?);
+            return Ok(());
+        }
         self.dynamic = Some(Dynamic::new(
             every,
             mm,
@@ -706,7 +820,9 @@ impl Exec {
         };
         Placement {
             embed: dev(g.has(crate::backend::WeightId::TokEmbd)),
-            layers: (0..n).map(|l| dev(g.has_layer(l))).collect(),
+            layers: (0..n)
+                .map(|l| dev(g.has_layer(l) || self.own_resident.get(l).copied().unwrap_or(false)))
+                .collect(),
             head: dev(g.has(crate::backend::WeightId::OutputNorm) && g.has(head_w)),
         }
     }
@@ -735,7 +851,33 @@ impl Exec {
         let Some(dy) = self.dynamic.as_mut() else {
             return Ok(());
         };
+        if let Some((bytes, ms)) = self.gpu.as_ref().and_then(|g| g.0.stream_upload()) {
+            let (b0, m0) = std::mem::replace(&mut self.upload_seen, (bytes, ms));
+            dy.policy.observe_upload(bytes - b0, ms - m0);
+        }
         let d = dy.after(&times)?;
+        if let Some(j) = d.joint.clone() {
+            // Residency and both phases' placements are decided together.
+            if d.changed {
+                log::info!(
+                    "offload policy ({:?}, {}): {}",
+                    d.phase,
+                    times.source,
+                    d.reason
+                );
+            } else {
+                log::debug!("offload policy ({:?}): {}", d.phase, d.reason);
+            }
+            if j.resident != self.own_resident {
+                self.apply_residency(&j.resident)?;
+            }
+            for phase in [Phase::Prefill, Phase::Decode] {
+                if self.placement.get(phase) != j.placements.get(phase) {
+                    self.set_placement(phase, j.placements.get(phase).clone())?;
+                }
+            }
+            return Ok(());
+        }
         log::debug!(
             "offload policy: {:?} pass of {} tokens timed by {} ({:.3} ms wall)",
             times.phase,
