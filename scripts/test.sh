@@ -17,6 +17,7 @@ WGPU_BACKEND=gl cargo test --profile ci --test gpu_kquants
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_selftest
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_q8act
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_backend
+WGPU_BACKEND=gl cargo test --profile ci --test stage_timing
 WGPU_BACKEND=gl cargo test --profile ci --test bench_smoke
 WGPU_BACKEND=gl cargo test --profile ci --test bench_kernels
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_fused

@@ -108,6 +108,9 @@ pub struct Model {
     resample_every: Option<usize>,
     /// K and V cache types of every session.
     kv_types: KvTypes,
+    /// With `--stream`, a budget and `--resample-every`: the budget and the blocks each
+    /// session makes resident itself at start; the policy then decides residency.
+    managed_residency: Option<(u64, Vec<bool>)>,
 }
 
 impl std::fmt::Debug for Model {
@@ -153,8 +156,25 @@ impl Model {
         CpuBackend::check_weights(&gguf, &config)?;
         let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
         let kv_types = resolve_kv_types(opts, gpu.is_some(), config.head_dim)?;
+        let managed_residency = match (&gpu, managed(opts), opts.gpu_mem_budget) {
+            (Some(_), true, Some(budget)) => {
+                let fit = initial_placement(
+                    &gguf,
+                    &config,
+                    &LoadOptions {
+                        resample_every: None,
+                        ..opts.clone()
+                    },
+                )?
+                .1;
+                let blocks = fit.layers.iter().map(|&d| d == Device::Gpu).collect();
+                Some((budget, blocks))
+            }
+            _ => None,
+        };
         Ok(Model {
             kv_types,
+            managed_residency,
             placement,
             resample_every: opts.resample_every,
             gguf,
@@ -245,6 +265,15 @@ impl Model {
     }
 }
 
+/// Whether the offload policy decides which blocks are resident (streaming under a budget,
+/// re-decided): the model then uploads no block itself, each session uploads and frees them.
+fn managed(opts: &LoadOptions) -> bool {
+    opts.stream
+        && opts.resample_every.is_some()
+        && opts.gpu_mem_budget.is_some()
+        && opts.gpu.resident.is_none()
+}
+
 /// Where the stages run and which ones have resident GPU weights, for the options, on a
 /// model of `cfg` with a GPU.
 fn initial_placement(
@@ -288,6 +317,14 @@ fn initial_placement(
             (p.clone(), p)
         }
     };
+    if managed(opts) {
+        // Sessions own the blocks (see `Model::managed_residency`).
+        let model_resident = Placement {
+            layers: vec![Device::Cpu; n_layer],
+            ..resident
+        };
+        return Ok((run, model_resident));
+    }
     // Tests pin the resident set to exercise streaming without a budget.
     Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
 }
@@ -458,6 +495,9 @@ impl Session {
                 n_ctx,
                 model.kv_types.mean_bits(),
             )?;
+            if let Some((budget, blocks)) = &model.managed_residency {
+                exec.manage_residency(*budget, blocks.clone())?;
+            }
             exec.enable_policy(every, &mm)?;
         }
         Ok(Session {

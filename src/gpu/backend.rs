@@ -17,6 +17,7 @@ use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
 use crate::gpu::recorder::Recorder;
 use crate::gpu::shaders::{KernelKey, MatvecOut};
 use crate::gpu::stream::StreamRing;
+use crate::gpu::timing::GpuTimer;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
@@ -77,6 +78,13 @@ pub struct GpuBackend {
     qd: wgpu::Buffer,
     /// Slots for blocks that run here without resident weights (see `gpu::stream`).
     stream: Option<StreamRing>,
+    /// Blocks this session made resident itself (the scheduler's residency decisions), by
+    /// matrix id: uploaded from the mmap as a stream slot is, freed when evicted. The
+    /// model's own resident blocks are shared by every session and never evicted.
+    own: std::collections::HashMap<WeightId, GpuWeightMatrix>,
+    /// Timestamp queries for measured passes, when the adapter has them and the model allows
+    /// them (see `gpu::timing`).
+    timer: Option<GpuTimer>,
     /// Bytes of every buffer this session allocated (KV cache, scratch, activations,
     /// readback staging, uniform ring); the weights are the model's (`GpuModel::weight_bytes`).
     allocated: u64,
@@ -157,6 +165,12 @@ impl GpuBackend {
         let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
         let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;
+        // Two stamps per stage (embedding, blocks, head) of one batch.
+        let timer = if m.timestamps {
+            GpuTimer::new(&m.ctx, 2 * (cfg.n_layer as u32 + 2))?
+        } else {
+            None
+        };
         let allocated = kv
             .iter()
             .flatten()
@@ -164,8 +178,11 @@ impl GpuBackend {
             .chain([&att_scratch, &ids, &argmax_out, &qx, &qd])
             .map(|b| b.size())
             .sum::<u64>()
-            + rec.ring_bytes();
+            + rec.ring_bytes()
+            + timer.as_ref().map_or(0, |t| t.bytes());
         Ok(GpuBackend {
+            own: std::collections::HashMap::new(),
+            timer,
             allocated,
             qx,
             qd,
@@ -202,7 +219,7 @@ impl GpuBackend {
     /// stream slot (after submitting the work recorded so far, which may read that slot).
     /// Returns whether the block is streamed.
     pub fn stream_in(&mut self, l: usize) -> Result<bool> {
-        if self.m.has_layer(l) {
+        if self.has_block(l) {
             return Ok(false);
         }
         let m = Arc::clone(&self.m);
@@ -220,6 +237,30 @@ impl GpuBackend {
         Ok(true)
     }
 
+    /// Whether measured passes can time this backend's stages with GPU timestamps.
+    pub fn has_timestamps(&self) -> bool {
+        self.timer.is_some()
+    }
+
+    /// Records a GPU timestamp after the work recorded so far; its index among the stamps
+    /// since the last [`GpuBackend::read_stamps`], or None without timestamp queries.
+    pub fn stamp(&mut self) -> Result<Option<u32>> {
+        match self.timer.as_mut() {
+            Some(t) => t.stamp(&mut self.rec).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Submits, waits, and returns the milliseconds (on the GPU's clock) of every stamp since
+    /// the last read, in index order.
+    pub fn read_stamps(&mut self) -> Result<Vec<f64>> {
+        let Some((buf, bytes)) = self.timer.as_mut().and_then(|t| t.resolve(&mut self.rec)) else {
+            return Ok(Vec::new());
+        };
+        let raw = self.read_bytes(&buf, bytes)?;
+        Ok(self.timer.as_ref().map_or(Vec::new(), |t| t.to_ms(&raw)))
+    }
+
     /// (blocks loaded, bytes copied, GPU bytes of the slots) of layer streaming.
     pub fn stream_stats(&self) -> Option<(u64, u64, u64)> {
         self.stream
@@ -227,8 +268,64 @@ impl GpuBackend {
             .map(|r| (r.n_loads, r.bytes_loaded, r.bytes))
     }
 
+    /// Whether block `l`'s weights are resident here (the model's or this session's).
+    pub fn has_block(&self, l: usize) -> bool {
+        self.m.has_layer(l) || self.own.contains_key(&WeightId::Wq(l))
+    }
+
+    /// Whether this session made block `l` resident itself.
+    pub fn owns_block(&self, l: usize) -> bool {
+        self.own.contains_key(&WeightId::Wq(l))
+    }
+
+    /// Makes block `l`'s matrices resident in this session, uploaded from `gguf` in the same
+    /// layout (and split) a stream slot uses, so the block runs the same kernels either way.
+    /// No-op when it is resident already. Between passes only.
+    pub fn make_resident(&mut self, l: usize, gguf: &Gguf) -> Result<()> {
+        if self.has_block(l) {
+            return Ok(());
+        }
+        let m = Arc::clone(&self.m);
+        let mut added = Vec::new();
+        for id in crate::gpu::stream::layer_matrices(l) {
+            let w = m.ctx.scoped(&format!("upload {}", id.tensor_name()), || {
+                crate::gpu::stream::upload(&m.ctx, gguf, id, m.max_binding_bytes)
+            })?;
+            self.allocated += crate::gpu::stream::matrix_bytes(&w);
+            added.push((id, w));
+        }
+        self.own.extend(added);
+        Ok(())
+    }
+
+    /// Frees block `l`'s session-owned matrices (it streams from now on). Submits recorded
+    /// work first and forgets cached bind groups, which would keep the buffers alive.
+    pub fn evict(&mut self, l: usize) -> Result<()> {
+        if !self.owns_block(l) {
+            return Ok(());
+        }
+        self.rec.flush(&self.m.ctx)?;
+        for id in crate::gpu::stream::layer_matrices(l) {
+            if let Some(w) = self.own.remove(&id) {
+                self.allocated = self
+                    .allocated
+                    .saturating_sub(crate::gpu::stream::matrix_bytes(&w));
+            }
+        }
+        self.rec.clear_cache();
+        Ok(())
+    }
+
+    /// (bytes, milliseconds) of host-side stream loads so far (repack + queue write).
+    pub fn stream_upload(&self) -> Option<(u64, f64)> {
+        self.stream.as_ref().map(|r| (r.bytes_loaded, r.load_ms))
+    }
+
     /// A weight matrix: the resident copy, else the streamed one.
     fn weight(&self, w: WeightId) -> Result<GpuWeightMatrix> {
+        if let Some(m) = self.own.get(&w) {
+            return Ok(m.clone());
+        }
         if let Some(m) = self.stream.as_ref().and_then(|r| r.matrix(w)) {
             if !self.m.has(w) {
                 return Ok(m.clone());

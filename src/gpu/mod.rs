@@ -32,6 +32,7 @@ pub mod repack;
 pub mod selftest;
 pub mod shaders;
 pub mod stream;
+pub mod timing;
 pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};

@@ -31,6 +31,15 @@ enum Op {
         dst_offset: u64,
         bytes: u64,
     },
+    /// A GPU timestamp written into `set[index]` when the work recorded before it is done
+    /// (an empty compute pass whose beginning writes it: only TIMESTAMP_QUERY needed).
+    Stamp { set: wgpu::QuerySet, index: u32 },
+    /// Resolves `set[0..count]` into `dst` (u64 ticks each).
+    Resolve {
+        set: wgpu::QuerySet,
+        count: u32,
+        dst: wgpu::Buffer,
+    },
 }
 
 type BindKey = (KernelKey, Vec<(u32, wgpu::Buffer)>);
@@ -215,6 +224,23 @@ impl Recorder {
         Ok(())
     }
 
+    /// Appends a GPU timestamp write into `set[index]`, ordered after the work recorded so far.
+    pub fn stamp(&mut self, set: &wgpu::QuerySet, index: u32) {
+        self.ops.push(Op::Stamp {
+            set: set.clone(),
+            index,
+        });
+    }
+
+    /// Appends the resolution of timestamps `set[0..count]` into `dst` ([count] u64).
+    pub fn resolve(&mut self, set: &wgpu::QuerySet, count: u32, dst: &wgpu::Buffer) {
+        self.ops.push(Op::Resolve {
+            set: set.clone(),
+            count,
+            dst: dst.clone(),
+        });
+    }
+
     /// Whether anything is recorded and not yet submitted.
     pub fn is_empty(&self) -> bool {
         self.ops.is_empty()
@@ -247,6 +273,23 @@ impl Recorder {
                 } = &ops[i]
                 {
                     enc.copy_buffer_to_buffer(src, *src_offset, dst, *dst_offset, *bytes);
+                    i += 1;
+                    continue;
+                }
+                if let Op::Stamp { set, index } = &ops[i] {
+                    let _ = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: Some("timestamp"),
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: set,
+                            beginning_of_pass_write_index: Some(*index),
+                            end_of_pass_write_index: None,
+                        }),
+                    });
+                    i += 1;
+                    continue;
+                }
+                if let Op::Resolve { set, count, dst } = &ops[i] {
+                    enc.resolve_query_set(set, 0..*count, dst, 0);
                     i += 1;
                     continue;
                 }

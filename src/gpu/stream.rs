@@ -37,7 +37,7 @@ fn role(id: WeightId) -> WeightId {
     }
 }
 
-fn layer_matrices(l: usize) -> [WeightId; 7] {
+pub(crate) fn layer_matrices(l: usize) -> [WeightId; 7] {
     use WeightId::*;
     [Wq(l), Wk(l), Wv(l), Wo(l), Gate(l), Up(l), Down(l)]
 }
@@ -58,6 +58,9 @@ pub struct StreamRing {
     /// Blocks loaded and bytes copied so far.
     pub n_loads: u64,
     pub bytes_loaded: u64,
+    /// Host milliseconds those loads took (repack + queue write): the upload bandwidth the
+    /// residency policy weighs streaming with.
+    pub load_ms: f64,
     /// GPU bytes of the slots.
     pub bytes: u64,
 }
@@ -75,11 +78,7 @@ impl StreamRing {
             let mut mats = HashMap::new();
             for id in layer_matrices(0) {
                 let m = upload(ctx, &gguf, id, limit)?;
-                bytes += m
-                    .parts
-                    .iter()
-                    .map(|p| p.m.quants.size() + p.m.scales.as_ref().map_or(0, |s| s.size()))
-                    .sum::<u64>();
+                bytes += matrix_bytes(&m);
                 mats.insert(role(id), m);
             }
             slots.push(Slot { layer: None, mats });
@@ -90,6 +89,7 @@ impl StreamRing {
             last: RING_SLOTS - 1,
             n_loads: 0,
             bytes_loaded: 0,
+            load_ms: 0.0,
             bytes,
         })
     }
@@ -105,6 +105,7 @@ impl StreamRing {
         if self.holds(l) {
             return Ok(());
         }
+        let t = std::time::Instant::now();
         let i = (self.last + 1) % self.slots.len();
         let slot = &mut self.slots[i];
         slot.layer = None;
@@ -118,6 +119,7 @@ impl StreamRing {
         slot.layer = Some(l);
         self.last = i;
         self.n_loads += 1;
+        self.load_ms += t.elapsed().as_secs_f64() * 1e3;
         Ok(())
     }
 
@@ -131,8 +133,22 @@ impl StreamRing {
     }
 }
 
-/// Uploads matrix `id` as a resident copy would be (the slot's initial contents).
-fn upload(ctx: &GpuContext, g: &Gguf, id: WeightId, limit: u64) -> Result<GpuWeightMatrix> {
+/// GPU bytes of a matrix's buffers.
+pub(crate) fn matrix_bytes(m: &GpuWeightMatrix) -> u64 {
+    m.parts
+        .iter()
+        .map(|p| p.m.quants.size() + p.m.scales.as_ref().map_or(0, |s| s.size()))
+        .sum()
+}
+
+/// Uploads matrix `id` as a resident copy would be (the slot's initial contents, and a block
+/// a session makes resident).
+pub(crate) fn upload(
+    ctx: &GpuContext,
+    g: &Gguf,
+    id: WeightId,
+    limit: u64,
+) -> Result<GpuWeightMatrix> {
     let t = g.require_tensor(&id.tensor_name())?;
     let (cols, rows) = dims(t)?;
     let (ty, bytes, _) = gpu_format(t.ty, &t.name, g.tensor_data(t), rows, cols)?;

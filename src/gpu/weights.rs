@@ -64,6 +64,9 @@ pub struct GpuLoadOptions {
     /// The stages whose weights go to the GPU (those placed there in any phase); `None`
     /// uploads every weight. The others stay in the mmap for the CPU backend.
     pub resident: Option<Placement>,
+    /// Time measured passes with the wall clock even when the adapter has timestamp queries
+    /// (tests of the fallback; adapters whose timestamps are unreliable).
+    pub no_timestamps: bool,
 }
 
 /// Whether weight `id` is needed on the GPU by the stages `p` puts there.
@@ -99,6 +102,9 @@ pub struct GpuModel {
     pub warnings: Vec<String>,
     /// See [`GpuLoadOptions::f32_activations`].
     pub f32_activations: bool,
+    /// Whether sessions time measured passes with GPU timestamps (the adapter has
+    /// `TIMESTAMP_QUERY` and [`GpuLoadOptions::no_timestamps`] is off).
+    pub timestamps: bool,
 }
 
 impl GpuModel {
@@ -179,6 +185,8 @@ impl GpuModel {
             neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
         };
         let rope_freqs = upload_f32(&ctx, "rope.freqs", &rope_freqs(&rope))?;
+        let timestamps =
+            !opts.no_timestamps && ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY);
         Ok(GpuModel {
             ctx,
             kernels,
@@ -191,6 +199,7 @@ impl GpuModel {
             weight_bytes,
             warnings,
             f32_activations: opts.f32_activations,
+            timestamps,
         })
     }
 

@@ -10,7 +10,10 @@
 use crate::error::Result;
 use crate::plan::MemoryModel;
 use crate::scheduler::exec::StageTimes;
-use crate::scheduler::policy::{Decision, Policy, PolicyConfig, PolicyReport, Prior, Sample};
+use crate::scheduler::policy::{
+    joint_bytes, Decision, Joint, Policy, PolicyConfig, PolicyReport, Prior, ResidencyConfig,
+    Sample,
+};
 use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 /// A stage the GPU cannot hold in this run (no resident weights) gets a size over any budget.
@@ -23,6 +26,9 @@ fn unavailable(budget: u64) -> u64 {
 const PRIOR_CPU_GBPS: f64 = 10.0;
 const PRIOR_GPU_GBPS: f64 = 10.0;
 const PRIOR_CROSSING_MS: f64 = 0.05;
+/// Host-to-GPU upload of a streamed block (repack + copy), GB/s: replaced by the stream ring's
+/// measured loads after the first streamed pass.
+const PRIOR_UPLOAD_GBPS: f64 = 2.0;
 
 pub struct Dynamic {
     pub policy: Policy,
@@ -106,6 +112,86 @@ impl Dynamic {
         })
     }
 
+    /// A policy that also decides which blocks are resident (`--stream` with a budget and
+    /// `--resample-every`): blocks are uploaded and freed by the session, the embedding and
+    /// head stay where the load put them (`model_resident`; their bytes, when on the GPU, are
+    /// held whatever the placement, so they count as fixed). The budget is `budget`, or what
+    /// the initial state needs if that is more (the load's fit and the policy round sizes
+    /// differently).
+    #[allow(clippy::too_many_arguments)]
+    pub fn new_managed(
+        every: usize,
+        mm: &MemoryModel,
+        model_resident: &Placement,
+        initial: PhasePlacement,
+        resident: Vec<bool>,
+        budget: u64,
+        batch: usize,
+        gpu_available: bool,
+    ) -> Result<Dynamic> {
+        let on = |d: Device| d == Device::Gpu;
+        let head = mm.head_bytes
+            + if mm.tied_embeddings && !on(model_resident.embed) {
+                mm.embed_bytes
+            } else {
+                0
+            };
+        let mut fixed = mm.gpu_scratch_bytes + mm.gpu_staging_bytes.max(mm.gpu_transfer_bytes);
+        if on(model_resident.embed) {
+            fixed += mm.embed_bytes;
+        }
+        if on(model_resident.head) {
+            fixed += head;
+        }
+        let slot = mm.layer_weight_bytes.iter().copied().max().unwrap_or(0);
+        let residency = ResidencyConfig {
+            weight_bytes: mm.layer_weight_bytes.clone(),
+            kv_bytes: vec![mm.kv_bytes_per_layer; mm.n_layer],
+            ring_bytes: crate::gpu::stream::RING_SLOTS as u64 * slot,
+            upload_gbps: PRIOR_UPLOAD_GBPS,
+            prefill_batch: batch.max(1),
+        };
+        let never = u64::MAX / 4;
+        let mut cfg = PolicyConfig::new(
+            mm.n_layer,
+            if on(model_resident.embed) { 0 } else { never },
+            vec![0; mm.n_layer],
+            if on(model_resident.head) { 0 } else { never },
+            fixed,
+            budget,
+            gpu_available,
+        );
+        cfg.residency = Some(residency.clone());
+        let start = Joint {
+            placements: initial.clone(),
+            resident: resident.clone(),
+        };
+        cfg.gpu_budget_bytes = budget.max(joint_bytes(&start, &cfg, &residency));
+        let mut stage_bytes = vec![0u64];
+        stage_bytes.extend(mm.layer_weight_bytes.iter().copied());
+        stage_bytes.push(mm.head_bytes);
+        let prior = Prior::from_bytes(
+            &stage_bytes,
+            PRIOR_CPU_GBPS,
+            PRIOR_GPU_GBPS,
+            PRIOR_CROSSING_MS,
+        )?;
+        let mut policy = Policy::new(cfg, prior, initial)?;
+        policy.set_resident(resident)?;
+        Ok(Dynamic {
+            policy,
+            every: every.max(1),
+            decode_passes: 0,
+            restore: None,
+        })
+    }
+
+    /// Called before every pass of `phase` of `n` tokens, before [`Dynamic::before`] when the
+    /// pass is timed too.
+    pub fn count(&mut self, phase: Phase, n: usize) {
+        self.policy.count_tokens(phase, n);
+    }
+
     /// Called before a pass of `phase`: whether to time it, and the probe placement to run it
     /// with instead of `current`, if any.
     pub fn before(&mut self, phase: Phase, current: &Placement) -> (bool, Option<Placement>) {
@@ -136,6 +222,7 @@ impl Dynamic {
         let per_token = |ms: f64| ms / t.tokens.max(1) as f64;
         let s = Sample {
             phase: t.phase,
+            source: t.source,
             tokens: t.tokens,
             embed: (t.embed.0, per_token(t.embed.1)),
             layers: t.layers.iter().map(|&(d, ms)| (d, per_token(ms))).collect(),

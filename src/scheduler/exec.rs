@@ -20,14 +20,21 @@ use crate::gpu::{GpuAct, GpuBackend, GpuModel};
 use crate::kv_type::KvTypes;
 use crate::model::{embed_stage, head_stage, layer_stage, Logits, Scratch};
 use crate::scheduler::dynamic::Dynamic;
-use crate::scheduler::policy::PolicyReport;
+use crate::scheduler::policy::TimeSource;
 use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
-/// Wall-clock milliseconds of each stage of one forward pass, each stage synchronized with its
-/// device before the clock stops (a measured pass, see [`Exec::measure_next`]).
+/// Milliseconds of each stage of one forward pass (a measured pass, see
+/// [`Exec::measure_next`]): GPU stages by GPU timestamps around them when the adapter has
+/// timestamp queries, else (and CPU stages always) by the wall clock with the stage's device
+/// synchronized before the clock stops.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct StageTimes {
     pub phase: Phase,
+    /// How the GPU stages were timed.
+    pub source: TimeSource,
+    /// Wall-clock milliseconds of the whole pass (its batches, without the timestamp
+    /// read-backs): the stage times sum to no more than this.
+    pub wall_ms: f64,
     /// Tokens in the pass.
     pub tokens: usize,
     pub embed: (Device, f64),
@@ -57,6 +64,9 @@ pub struct ExecStats {
     pub kv_moves: u64,
     /// Positions copied by those moves.
     pub kv_positions_moved: u64,
+    /// Blocks this session uploaded to make them resident, and freed (residency changes).
+    pub blocks_uploaded: u64,
+    pub blocks_freed: u64,
 }
 
 /// A placement-driven forward pass over a CPU backend and, when the model has one, a GPU
@@ -88,6 +98,18 @@ pub struct Exec {
     /// The measured pass in progress (the head adds its time).
     pending: Option<StageTimes>,
     last_times: Option<StageTimes>,
+    /// Whether the measured pass in progress times GPU stages with timestamps.
+    use_stamps: bool,
+    /// GPU timestamps of the batch in progress: (stage index: 0 embedding, 1 + l block l,
+    /// n_layer + 1 head; stamp before; stamp after).
+    marks: Vec<(usize, u32, u32)>,
+    /// Blocks whose weights this session keeps resident on the GPU itself (`[n_layer]`, all
+    /// false unless the policy manages residency, see [`Exec::manage_residency`]).
+    own_resident: Vec<bool>,
+    /// The GPU budget residency decisions keep within, when the policy manages them.
+    residency_budget: Option<u64>,
+    /// Stream loads (bytes, ms) already given to the policy.
+    upload_seen: (u64, f64),
     pub stats: ExecStats,
 }
 
@@ -107,8 +129,12 @@ macro_rules! on_dev {
     };
 }
 
+// Parts of `impl Exec` in their own files (they see its private fields and `on_dev!`).
+mod policy_side;
+mod stamps;
+
 /// A pass of more than one token is prompt processing.
-fn phase_of(n_tokens: usize) -> Phase {
+pub(crate) fn phase_of(n_tokens: usize) -> Phase {
     if n_tokens > 1 {
         Phase::Prefill
     } else {
@@ -156,6 +182,11 @@ impl Exec {
             timed: false,
             pending: None,
             last_times: None,
+            use_stamps: false,
+            marks: Vec::new(),
+            own_resident: vec![false; placement.prefill.layers.len()],
+            residency_budget: None,
+            upload_seen: (0, 0.0),
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -242,6 +273,11 @@ impl Exec {
                     b.write_kv(l, &[], &[])?;
                 }
             }
+            for (l, &r) in self.own_resident.iter().enumerate() {
+                if r {
+                    b.make_resident(l, &self.gguf)?;
+                }
+            }
             self.gpu = Some((b, s));
             self.enable_streaming_if_needed()?;
         }
@@ -255,10 +291,11 @@ impl Exec {
         let Some(g) = &self.gpu_model else {
             return false;
         };
-        p.layers
-            .iter()
-            .enumerate()
-            .any(|(l, &d)| d == Device::Gpu && !g.has_layer(l))
+        p.layers.iter().enumerate().any(|(l, &d)| {
+            d == Device::Gpu
+                && !g.has_layer(l)
+                && !self.own_resident.get(l).copied().unwrap_or(false)
+        })
     }
 
     /// Makes the GPU backend's stream slots when a placement streams blocks.
@@ -403,13 +440,20 @@ impl Exec {
             });
         }
         let phase = phase_of(tokens.len());
+        if let Some(d) = self.dynamic.as_mut() {
+            d.count(phase, tokens.len());
+        }
         let mut measure = std::mem::take(&mut self.measure_next);
         let current = self.placement.get(phase).clone();
         if let Some((due, probe)) = self.dynamic.as_mut().map(|d| d.before(phase, &current)) {
             measure |= due;
             if let Some(pp) = probe {
                 match self.check(&pp) {
-                    Ok(()) => *self.placement.get_mut(phase) = pp,
+                    Ok(()) => {
+                        *self.placement.get_mut(phase) = pp;
+                        // A probe may put a non-resident block on the GPU: it streams.
+                        self.enable_streaming_if_needed()?;
+                    }
                     Err(e) => {
                         log::warn!("offload policy: probe {pp} not run: {e}");
                         if let Some(d) = self.dynamic.as_mut() {
@@ -423,8 +467,17 @@ impl Exec {
         let p = self.placement.get(phase).clone();
         self.migrate(&p, pos0)?;
         self.pending = None;
+        self.use_stamps = measure && p.uses(Device::Gpu) && self.gpu_side()?.0.has_timestamps();
+        self.marks.clear();
+        let source = if self.use_stamps {
+            TimeSource::GpuTimestamps
+        } else {
+            TimeSource::WallClock
+        };
         let mut times = measure.then(|| StageTimes {
             phase,
+            source,
+            wall_ms: 0.0,
             tokens: tokens.len(),
             embed: (p.embed, 0.0),
             layers: p.layers.iter().map(|&d| (d, 0.0)).collect(),
@@ -436,15 +489,15 @@ impl Exec {
         let mut done = 0;
         for chunk in tokens.chunks(self.batch) {
             let n = chunk.len();
+            let t_chunk = Instant::now();
             let mut t = Instant::now();
+            let s0 = self.stamp_gpu(p.embed)?;
             on_dev!(self, p.embed, |b, s| embed_stage(b, s, chunk))?;
-            if let Some(times) = times.as_mut() {
-                on_dev!(self, p.embed, |b, _s| b.sync())?;
-                times.embed.1 += t.elapsed().as_secs_f64() * 1e3;
-            }
+            self.end_stage(times.as_mut(), p.embed, 0, s0, t)?;
             let mut at = p.embed;
             for (l, &d) in p.layers.iter().enumerate() {
                 if d != at {
+                    self.before_crossing(at)?;
                     t = Instant::now();
                     self.cross(at, d, n)?;
                     if let Some(times) = times.as_mut() {
@@ -457,22 +510,26 @@ impl Exec {
                 if d == Device::Gpu {
                     self.gpu_side()?.0.stream_in(l)?;
                 }
+                let s0 = self.stamp_gpu(d)?;
                 on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                let s1 = self.stamp_gpu(d)?;
                 // A streamed next block loads while this one runs (stream_in submits first).
                 if d == Device::Gpu && p.layers.get(l + 1) == Some(&Device::Gpu) {
                     self.gpu_side()?.0.stream_in(l + 1)?;
                 }
-                if let Some(times) = times.as_mut() {
-                    on_dev!(self, d, |b, _s| b.sync())?;
-                    times.layers[l].1 += t.elapsed().as_secs_f64() * 1e3;
-                }
+                self.end_stage_stamped(times.as_mut(), d, 1 + l, s0, s1, t)?;
             }
             // The head (in `after`) adds its time and crossing to the pass being measured.
             self.pending = times.take();
             after(self, at, done, n)?;
             times = self.pending.take();
+            if let Some(times) = times.as_mut() {
+                times.wall_ms += t_chunk.elapsed().as_secs_f64() * 1e3;
+                self.apply_stamps(times)?;
+            }
             done += n;
         }
+        self.use_stamps = false;
         if measure {
             self.last_times = times;
         }
@@ -492,6 +549,7 @@ impl Exec {
     ) -> Result<Device> {
         let d = self.placement.get(phase_of(n_total)).head;
         if d != at {
+            self.before_crossing(at)?;
             let t = Instant::now();
             self.cross(at, d, n)?;
             if let Some(times) = self.pending.as_mut() {
@@ -500,19 +558,28 @@ impl Exec {
             }
         }
         let cfg = self.cfg.clone();
+        let s0 = self.stamp_gpu(d)?;
         on_dev!(self, d, |b, s| head_stage(b, &cfg, s, first, n_rows))?;
+        let s1 = self.stamp_gpu(d)?;
+        if let (Some(a), Some(b)) = (s0, s1) {
+            if self.pending.is_some() {
+                self.marks.push((self.cfg.n_layer + 1, a, b));
+            }
+        }
         Ok(d)
     }
 
-    /// Adds the head's time (since `t`, the device synchronized) to a measured pass.
+    /// Adds the head's time (since `t`, the device synchronized) to a measured pass, unless
+    /// GPU timestamps time it.
     fn note_head(&mut self, d: Device, t: Instant) -> Result<()> {
-        if self.pending.is_some() {
-            on_dev!(self, d, |b, _s| b.sync())?;
-            if let Some(times) = self.pending.as_mut() {
-                let ms = t.elapsed().as_secs_f64() * 1e3;
-                let prev = times.head.map_or(0.0, |h| h.1);
-                times.head = Some((d, prev + ms));
-            }
+        if self.use_stamps && d == Device::Gpu {
+            return Ok(());
+        }
+        if let Some(mut times) = self.pending.take() {
+            let r =
+                self.end_stage_stamped(Some(&mut times), d, self.cfg.n_layer + 1, None, None, t);
+            self.pending = Some(times);
+            r?;
         }
         Ok(())
     }
@@ -569,74 +636,6 @@ impl Exec {
         let after = pool.install(|| self.after_pass());
         r.and(after)?;
         id.ok_or_else(|| Error::InvalidArgument("no logits computed".into()))
-    }
-
-    /// Turns on the dynamic offload policy: every `every`-th decode pass (and every prefill)
-    /// is timed and the placement of its phase re-solved among the stages whose weights are
-    /// on the GPU (sizes from `mm`, the plan of this model and context).
-    pub fn enable_policy(&mut self, every: usize, mm: &crate::plan::MemoryModel) -> Result<()> {
-        let resident = self.resident();
-        self.dynamic = Some(Dynamic::new(
-            every,
-            mm,
-            &resident,
-            self.placement.clone(),
-            self.gpu_model.is_some(),
-        )?);
-        Ok(())
-    }
-
-    /// The stages whose weights are resident on the GPU.
-    pub fn resident(&self) -> Placement {
-        let n = self.cfg.n_layer;
-        let Some(g) = &self.gpu_model else {
-            return Placement::all(Device::Cpu, n);
-        };
-        let dev = |b: bool| if b { Device::Gpu } else { Device::Cpu };
-        let head_w = if self.cfg.tied_embeddings {
-            crate::backend::WeightId::TokEmbd
-        } else {
-            crate::backend::WeightId::Output
-        };
-        Placement {
-            embed: dev(g.has(crate::backend::WeightId::TokEmbd)),
-            layers: (0..n).map(|l| dev(g.has_layer(l))).collect(),
-            head: dev(g.has(crate::backend::WeightId::OutputNorm) && g.has(head_w)),
-        }
-    }
-
-    /// The policy's report (placements, estimates, migrations), when it is on.
-    pub fn policy_report(&self) -> Option<PolicyReport> {
-        self.dynamic.as_ref().map(|d| d.report())
-    }
-
-    /// After a pass: puts back a probe's placement and gives a timed pass to the policy,
-    /// applying its decision (the move happens at the start of the next pass).
-    fn after_pass(&mut self) -> Result<()> {
-        let Some(dy) = self.dynamic.as_mut() else {
-            return Ok(());
-        };
-        let restore = dy.take_restore();
-        if let Some((phase, p)) = restore {
-            *self.placement.get_mut(phase) = p;
-        }
-        if !std::mem::take(&mut self.timed) {
-            return Ok(());
-        }
-        let Some(times) = self.last_times.clone() else {
-            return Ok(());
-        };
-        let Some(dy) = self.dynamic.as_mut() else {
-            return Ok(());
-        };
-        let d = dy.after(&times)?;
-        if d.changed {
-            log::info!("offload policy ({:?}): {}", d.phase, d.reason);
-            self.set_placement(d.phase, d.placement)?;
-        } else {
-            log::debug!("offload policy ({:?}): {}", d.phase, d.reason);
-        }
-        Ok(())
     }
 
     /// Bytes of KV cache held per device: [cpu, gpu].

@@ -1,7 +1,7 @@
 //! The simulated cost model and the executor loop the policy tests drive (shared helpers of
 //! tests/policy.rs; a directory module so cargo does not build it as a test of its own).
 
-use memwall::scheduler::policy::{Policy, PolicyConfig, Sample, StageCosts};
+use memwall::scheduler::policy::{Policy, PolicyConfig, Sample, StageCosts, TimeSource};
 use memwall::scheduler::{Device, Phase, Placement};
 
 /// xorshift64*: deterministic, no crates.
@@ -139,6 +139,7 @@ pub fn simulate(
     let crossing_ms = (p.crossings() > 0).then(|| truth.crossing * jitter());
     Sample {
         phase,
+        source: TimeSource::WallClock,
         tokens: 16,
         embed: timed[0],
         layers: timed[1..timed.len() - 1].to_vec(),

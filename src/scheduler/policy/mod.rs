@@ -14,9 +14,11 @@
 
 mod estimate;
 mod report;
+mod resident;
 mod solve;
 
 pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
+pub use resident::{joint_bytes, joint_fits, solve_joint, Joint, JointCosts, ResidencyConfig};
 pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
 
 use super::{Device, Phase, PhasePlacement, Placement};
@@ -53,6 +55,10 @@ pub struct PolicyConfig {
     /// recovery and is taken at once); > 0.
     pub noise: f64,
     pub gpu_available: bool,
+    /// When set, the policy also decides which blocks' weights stay resident on the GPU
+    /// (the others stream), jointly for both phases (see `resident.rs`); `layer_gpu_bytes` is
+    /// then unused.
+    pub residency: Option<ResidencyConfig>,
 }
 
 impl PolicyConfig {
@@ -79,6 +85,7 @@ impl PolicyConfig {
             smoothing: DEFAULT_SMOOTHING,
             noise: DEFAULT_NOISE,
             gpu_available,
+            residency: None,
         }
     }
 
@@ -100,6 +107,9 @@ impl PolicyConfig {
         if !(self.noise.is_finite() && self.noise > 0.0) {
             return bad(format!("noise {} not > 0", self.noise));
         }
+        if let Some(r) = &self.residency {
+            r.validate(self.n_layer)?;
+        }
         Ok(())
     }
 }
@@ -119,15 +129,42 @@ pub const DEFAULT_PROBE_EVERY: usize = 4;
 /// everything; 1.0 lets near-ties flip up to 4 times in 200 noisy samples; 0.4 learns a wrong
 /// prior's stage shapes too slowly from probes.
 pub const DEFAULT_SMOOTHING: f64 = 0.6;
+/// Pseudo-tokens each phase starts with in the residency objective's shares: before much has
+/// run, neither phase's needs are ignored (one short prompt would otherwise make the first
+/// decision prefill-only); after a few hundred tokens the observed mix dominates.
+pub const PRIOR_SHARE_TOKENS: f64 = 64.0;
 /// Device-wide deviations beyond ±30 % are changes: well above ±20 % timing noise (plus the few
 /// percent the estimate itself is off), well below a 2× throttle (whose observations stay
 /// beyond ln 1.3 even with ±20 % noise: 1.6 / 1.07 > 1.3).
 pub const DEFAULT_NOISE: f64 = 0.3;
 
+/// Which clock timed a sample's GPU stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TimeSource {
+    /// GPU timestamp queries around each GPU stage (the GPU's execution time, no host sync
+    /// per stage); CPU stages and crossings are still timed by the wall clock.
+    GpuTimestamps,
+    /// The host's wall clock with the device synchronized after each stage (adapters without
+    /// timestamp queries).
+    WallClock,
+}
+
+impl std::fmt::Display for TimeSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TimeSource::GpuTimestamps => "gpu timestamps",
+            TimeSource::WallClock => "wall clock",
+        })
+    }
+}
+
 /// One timed sample: per-token milliseconds per stage on the device it ran on this time.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
     pub phase: Phase,
+    /// How the GPU stages were timed.
+    pub source: TimeSource,
     /// Tokens the sample covered (the timings are already per token).
     pub tokens: usize,
     pub embed: (Device, f64),
@@ -201,6 +238,10 @@ pub struct Decision {
     pub current_predicted_ms: f64,
     /// One line for `-v` logs.
     pub reason: String,
+    /// With residency decisions: both phases' placements and the resident blocks in force
+    /// after the decision (the executor applies all of it); `predicted_ms` is then the
+    /// objective (both phases weighted by their token shares).
+    pub joint: Option<Joint>,
 }
 
 /// Per-phase state: estimates, counters, probe cursor.
@@ -212,6 +253,8 @@ struct PhaseState {
     probes: usize,
     probe_cursor: usize,
     last: Option<Decision>,
+    /// The clock of the latest sample.
+    source: Option<TimeSource>,
 }
 
 /// The dynamic offload policy (see the module docs).
@@ -221,6 +264,34 @@ pub struct Policy {
     current: PhasePlacement,
     phases: [PhaseState; 2],
     history: Vec<Decision>,
+    /// `[n_layer]`: blocks whose weights are resident (residency mode only).
+    resident: Vec<bool>,
+    /// Tokens each phase processed (`count_tokens`), `[prefill, decode]`.
+    tokens: [u64; 2],
+    /// Mean tokens of the prefill samples (a streamed block loads once per batch of them).
+    prefill_tokens: f64,
+}
+
+/// Whether `p` may run as `phase`'s placement beside the other phase's and the resident set.
+fn phase_fits(
+    cfg: &PolicyConfig,
+    current: &PhasePlacement,
+    resident: &[bool],
+    phase: Phase,
+    p: &Placement,
+) -> bool {
+    match &cfg.residency {
+        None => fits(p, cfg),
+        Some(r) => {
+            let mut placements = current.clone();
+            *placements.get_mut(phase) = p.clone();
+            let j = Joint {
+                placements,
+                resident: resident.to_vec(),
+            };
+            joint_fits(&j, cfg, r)
+        }
+    }
 }
 
 impl Policy {
@@ -238,7 +309,7 @@ impl Policy {
                     cfg.n_layer
                 )));
             }
-            if !fits(p, &cfg) {
+            if cfg.residency.is_none() && !fits(p, &cfg) {
                 return Err(Error::InvalidArgument(format!(
                     "offload policy: initial {phase:?} placement {} needs {} GPU bytes, budget \
                      {} (GPU available: {})",
@@ -256,13 +327,91 @@ impl Policy {
             probes: 0,
             probe_cursor: 0,
             last: None,
+            source: None,
         };
-        Ok(Policy {
+        let mut pol = Policy {
             phases: [state(Phase::Prefill), state(Phase::Decode)],
+            resident: vec![false; cfg.n_layer],
             cfg,
             current: initial,
             history: Vec::new(),
-        })
+            tokens: [0; 2],
+            prefill_tokens: 0.0,
+        };
+        if pol.cfg.residency.is_some() {
+            pol.set_resident(vec![false; pol.cfg.n_layer])?;
+        }
+        Ok(pol)
+    }
+
+    /// Residency mode: the blocks whose weights are resident now (`[n_layer]`). Errors when
+    /// the length is wrong or the placements in force with it do not fit.
+    pub fn set_resident(&mut self, resident: Vec<bool>) -> Result<()> {
+        let Some(r) = &self.cfg.residency else {
+            return Err(Error::InvalidArgument(
+                "offload policy: residency is not on".into(),
+            ));
+        };
+        let j = Joint {
+            placements: self.current.clone(),
+            resident,
+        };
+        if j.resident.len() != self.cfg.n_layer || !joint_fits(&j, &self.cfg, r) {
+            return Err(Error::InvalidArgument(format!(
+                "offload policy: {} resident blocks with placements {} / {} need {} GPU bytes, \
+                 budget {} (GPU available: {})",
+                j.resident.iter().filter(|&&x| x).count(),
+                j.placements.prefill,
+                j.placements.decode,
+                joint_bytes(&j, &self.cfg, r),
+                self.cfg.gpu_budget_bytes,
+                self.cfg.gpu_available
+            )));
+        }
+        self.resident = j.resident;
+        Ok(())
+    }
+
+    /// Residency mode: the resident blocks (all false otherwise).
+    pub fn resident(&self) -> &[bool] {
+        &self.resident
+    }
+
+    /// Counts `n` tokens processed by a pass of `phase` (timed or not): the residency
+    /// objective weighs the phases by these.
+    pub fn count_tokens(&mut self, phase: Phase, n: usize) {
+        self.tokens[phase.index()] += n as u64;
+    }
+
+    /// The weights of prefill and decode in the residency objective: each phase's tokens plus
+    /// [`PRIOR_SHARE_TOKENS`], over the total.
+    pub fn shares(&self) -> [f64; 2] {
+        let p = self.tokens[0] as f64 + PRIOR_SHARE_TOKENS;
+        let d = self.tokens[1] as f64 + PRIOR_SHARE_TOKENS;
+        [p / (p + d), d / (p + d)]
+    }
+
+    /// Measured host-to-GPU upload of streamed blocks: `bytes` in `ms`; folds into the
+    /// residency model's bandwidth (EWMA with the smoothing weight). Ignored outside
+    /// residency mode or for empty or non-finite measurements.
+    pub fn observe_upload(&mut self, bytes: u64, ms: f64) {
+        let s = self.cfg.smoothing;
+        if let Some(r) = self.cfg.residency.as_mut() {
+            if bytes > 0 && ms.is_finite() && ms > 0.0 {
+                let gbps = bytes as f64 / (ms * 1e6);
+                r.upload_gbps = (r.upload_gbps.ln() * (1.0 - s) + gbps.ln() * s).exp();
+            }
+        }
+    }
+
+    /// The joint costs the residency objective weighs.
+    fn joint_costs(&self) -> JointCosts<'_> {
+        let batch = self.cfg.residency.as_ref().map_or(1, |r| r.prefill_batch) as f64;
+        JointCosts {
+            costs: [self.phases[0].est.costs(), self.phases[1].est.costs()],
+            shares: self.shares(),
+            tokens_per_pass: [self.prefill_tokens.clamp(1.0, batch), 1.0],
+        }
     }
 
     pub fn config(&self) -> &PolicyConfig {
@@ -318,12 +467,20 @@ impl Policy {
             self.cfg.noise,
         );
         st.samples += 1;
+        st.source = Some(s.source);
+        if s.phase == Phase::Prefill {
+            let n = st.samples as f64;
+            self.prefill_tokens += (s.tokens as f64 - self.prefill_tokens) / n;
+        }
         Ok(())
     }
 
     /// Re-solves `phase` for the current estimates and migrates when the optimum beats the
     /// current placement's prediction by more than the hysteresis.
     pub fn decide(&mut self, phase: Phase) -> Decision {
+        if self.cfg.residency.is_some() {
+            return self.decide_joint(phase);
+        }
         let st = &self.phases[phase.index()];
         let current = self.current.get(phase).clone();
         let costs = st.est.costs();
@@ -376,11 +533,114 @@ impl Policy {
             predicted_ms,
             current_predicted_ms: current_ms,
             reason,
+            joint: None,
         };
         *self.current.get_mut(phase) = placement;
         if changed {
             self.history.push(d.clone());
         }
+        self.phases[phase.index()].last = Some(d.clone());
+        d
+    }
+
+    /// Residency mode: re-solves both phases' placements and the resident set for the
+    /// objective; moves when the optimum beats the current state by more than the hysteresis
+    /// (or the current state no longer fits).
+    fn decide_joint(&mut self, phase: Phase) -> Decision {
+        let Some(r) = self.cfg.residency.clone() else {
+            return self.keep(phase, 0.0, "residency is off".into());
+        };
+        let jc = self.joint_costs();
+        let cur = Joint {
+            placements: self.current.clone(),
+            resident: self.resident.clone(),
+        };
+        let cur_ms = jc.predict(&r, &cur);
+        let h = self.cfg.hysteresis;
+        let n_res = |j: &Joint| j.resident.iter().filter(|&&x| x).count();
+        let show = |j: &Joint| {
+            format!(
+                "prefill {} decode {} resident {}/{}",
+                j.placements.prefill,
+                j.placements.decode,
+                n_res(j),
+                j.resident.len()
+            )
+        };
+        let [sp, sd] = jc.shares;
+        let (best, best_ms) = match solve_joint(&jc, &self.cfg, &r) {
+            Ok(x) => x,
+            Err(e) => return self.keep(phase, cur_ms, format!("{phase:?}: keep: {e}")),
+        };
+        let gain = if cur_ms > 0.0 {
+            1.0 - best_ms / cur_ms
+        } else {
+            0.0
+        };
+        let must = !joint_fits(&cur, &self.cfg, &r);
+        let (next, ms, changed, reason) = if best != cur && (must || gain > h) {
+            let why = if must {
+                "current no longer fits".to_string()
+            } else {
+                format!("gain {:.1}% > hysteresis {:.1}%", gain * 100.0, h * 100.0)
+            };
+            let reason = format!(
+                "migrate {} ({cur_ms:.3} ms/tok) -> {} ({best_ms:.3} ms/tok, shares prefill \
+                 {sp:.2} decode {sd:.2}): {why}",
+                show(&cur),
+                show(&best)
+            );
+            (best, best_ms, true, reason)
+        } else {
+            let reason = if best == cur {
+                format!("keep {} ({cur_ms:.3} ms/tok): optimal", show(&cur))
+            } else {
+                format!(
+                    "keep {} ({cur_ms:.3} ms/tok): best {} ({best_ms:.3} ms/tok) gains \
+                     {:.1}% <= hysteresis {:.1}%",
+                    show(&cur),
+                    show(&best),
+                    gain * 100.0,
+                    h * 100.0
+                )
+            };
+            (cur, cur_ms, false, reason)
+        };
+        let d = Decision {
+            phase,
+            sample: self.phases[phase.index()].samples,
+            placement: next.placements.get(phase).clone(),
+            changed,
+            predicted_ms: ms,
+            current_predicted_ms: cur_ms,
+            reason: format!("{phase:?}: {reason}"),
+            joint: Some(next.clone()),
+        };
+        self.current = next.placements;
+        self.resident = next.resident;
+        if changed {
+            self.history.push(d.clone());
+        }
+        self.phases[phase.index()].last = Some(d.clone());
+        d
+    }
+
+    /// A decision that changes nothing.
+    fn keep(&mut self, phase: Phase, ms: f64, reason: String) -> Decision {
+        let joint = self.cfg.residency.as_ref().map(|_| Joint {
+            placements: self.current.clone(),
+            resident: self.resident.clone(),
+        });
+        let d = Decision {
+            phase,
+            sample: self.phases[phase.index()].samples,
+            placement: self.current.get(phase).clone(),
+            changed: false,
+            predicted_ms: ms,
+            current_predicted_ms: ms,
+            reason,
+            joint,
+        };
         self.phases[phase.index()].last = Some(d.clone());
         d
     }
@@ -401,6 +661,8 @@ impl Policy {
             return None;
         }
         let current = self.current.get(phase);
+        let fits_here =
+            |p: &Placement| phase_fits(&self.cfg, &self.current, &self.resident, phase, p);
         let n_stage = self.cfg.n_layer + 2;
         let est = &st.est.costs().stages;
         // GPU stages least worth their GPU bytes first (GPU ms − CPU ms, largest first): the
@@ -426,7 +688,7 @@ impl Policy {
             // least useful of them, so a full GPU does not freeze the estimates of the stages
             // left on the CPU.
             for &j in &evict {
-                if !to_gpu || p.as_ref().is_none_or(|p| fits(p, &self.cfg)) {
+                if !to_gpu || p.as_ref().is_none_or(&fits_here) {
                     break;
                 }
                 if j != k && devs[j] == Device::Gpu {
@@ -434,7 +696,7 @@ impl Policy {
                     p = solve::from_stages(&devs);
                 }
             }
-            if let Some(p) = p.filter(|p| fits(p, &self.cfg)) {
+            if let Some(p) = p.filter(&fits_here) {
                 st.probe_cursor = (k + 1) % n_stage;
                 st.probes += 1;
                 return Some(p);
@@ -459,12 +721,19 @@ impl Policy {
         let phase = |ph: Phase| {
             let st = &self.phases[ph.index()];
             let p = self.current.get(ph);
-            report::phase_report(p, st.est.costs(), st.samples, st.probes)
+            report::phase_report(p, st.est.costs(), st.samples, st.probes, st.source)
         };
         PolicyReport {
             prefill: phase(Phase::Prefill),
             decode: phase(Phase::Decode),
             migrations: self.history.iter().map(DecisionReport::from).collect(),
+            resident: self.cfg.residency.as_ref().map(|_| {
+                self.resident
+                    .iter()
+                    .map(|&r| if r { 'R' } else { 's' })
+                    .collect()
+            }),
+            shares: self.cfg.residency.as_ref().map(|_| self.shares()),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! What the policy reports (`--json` output and `-v` logs): placements as compact strings,
 //! per-stage estimates, and the migrations it made.
 
-use super::{Decision, StageCosts};
+use super::{Decision, StageCosts, TimeSource};
 use crate::scheduler::{Device, Phase, Placement};
 
 /// One stage's estimates and where it runs now.
@@ -23,6 +23,8 @@ pub struct PhaseReport {
     pub crossing_ms: f64,
     pub samples: usize,
     pub probes: usize,
+    /// The clock that timed the latest sample's GPU stages (None before any sample).
+    pub timing: Option<TimeSource>,
     pub stages: Vec<StageReport>,
 }
 
@@ -56,6 +58,10 @@ pub struct PolicyReport {
     pub prefill: PhaseReport,
     pub decode: PhaseReport,
     pub migrations: Vec<DecisionReport>,
+    /// Residency mode: the resident blocks, `R` resident, `s` streamed when on the GPU (e.g.
+    /// `RRRsss`), and the objective's `[prefill, decode]` weights.
+    pub resident: Option<String>,
+    pub shares: Option<[f64; 2]>,
 }
 
 pub(super) fn phase_report(
@@ -63,6 +69,7 @@ pub(super) fn phase_report(
     est: &StageCosts,
     samples: usize,
     probes: usize,
+    timing: Option<TimeSource>,
 ) -> PhaseReport {
     let n_layer = p.layers.len();
     let name = |k: usize| match k {
@@ -76,6 +83,7 @@ pub(super) fn phase_report(
         crossing_ms: est.crossing_ms,
         samples,
         probes,
+        timing,
         stages: p
             .stages()
             .zip(&est.stages)
