@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::cpu_backend::CpuBackend;
+pub use crate::ctx_shift::CtxOverflow;
+use crate::ctx_shift::ShiftStats;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
@@ -391,9 +393,15 @@ pub struct Generation {
 /// A conversation's state: the KV cache and the tokens it holds.
 pub struct Session {
     model: Arc<Model>,
-    exec: Exec,
-    tokens: Vec<u32>,
-    n_ctx: usize,
+    pub(crate) exec: Exec,
+    /// The tokens whose keys and values are cached, at positions 0..len.
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) n_ctx: usize,
+    /// What happens when the context is full (`crate::ctx_shift`).
+    pub(crate) overflow: CtxOverflow,
+    /// Tokens a context shift keeps (`None`: the BOS token, if the model adds one).
+    pub(crate) n_keep: Option<usize>,
+    pub(crate) shifts: ShiftStats,
 }
 
 /// Tokens per forward batch in prefill: large enough to read each weight once for many
@@ -433,6 +441,9 @@ impl Session {
             exec,
             tokens: Vec::new(),
             n_ctx,
+            overflow: CtxOverflow::default(),
+            n_keep: None,
+            shifts: ShiftStats::default(),
         })
     }
 
@@ -463,12 +474,6 @@ impl Session {
                 "token id {bad} is outside the vocabulary of {n_vocab}"
             )));
         }
-        if self.tokens.len() + ids.len() > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                n_prompt: self.tokens.len() + ids.len(),
-                n_ctx: self.n_ctx,
-            });
-        }
         Ok(())
     }
 
@@ -476,10 +481,18 @@ impl Session {
     /// without reading the logits back from a GPU).
     pub fn eval_argmax(&mut self, ids: &[u32]) -> Result<u32> {
         self.check_ids(ids)?;
-        let pos0 = self.tokens.len();
-        let id = self.exec.forward_argmax(ids, pos0)?;
-        self.tokens.extend_from_slice(ids);
-        Ok(id)
+        let mut id = None;
+        let mut none = Vec::new();
+        // A prompt longer than the context goes in chunks; only the last one yields the id.
+        self.eval_chunked(ids, Logits::Last, |exec, chunk, pos0, want| {
+            if matches!(want, Logits::Last) {
+                id = Some(exec.forward_argmax(chunk, pos0)?);
+                Ok(())
+            } else {
+                exec.forward(chunk, pos0, Logits::None, &mut none)
+            }
+        })?;
+        id.ok_or_else(|| Error::InvalidArgument("no tokens to evaluate".into()))
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -497,13 +510,19 @@ impl Session {
         self.tokens.clear();
     }
 
+    /// The types the KV cache stores keys and values in, e.g. `k=f32,v=f32`: a prompt cache
+    /// records it and is refused by a session whose cache stores other types.
+    pub fn kv_signature(&self) -> String {
+        "k=f32,v=f32".into()
+    }
+
     /// Appends `ids` to the context and returns the wanted logits ([rows, n_vocab]).
     pub fn eval(&mut self, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
         self.check_ids(ids)?;
         let mut logits = Vec::new();
-        let pos0 = self.tokens.len();
-        self.exec.forward(ids, pos0, want, &mut logits)?;
-        self.tokens.extend_from_slice(ids);
+        self.eval_chunked(ids, want, |exec, chunk, pos0, want| {
+            exec.forward(chunk, pos0, want, &mut logits)
+        })?;
         Ok(logits)
     }
 
@@ -520,12 +539,6 @@ impl Session {
     ) -> Result<Generation> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt is empty".into()));
-        }
-        if self.tokens.len() + prompt.len() > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                n_prompt: self.tokens.len() + prompt.len(),
-                n_ctx: self.n_ctx,
-            });
         }
         let model = self.model.clone();
         let tok = model.tokenizer();
@@ -588,7 +601,8 @@ impl Session {
                 out.stop = StopReason::Limit;
                 break;
             }
-            if self.tokens.len() >= self.n_ctx {
+            // Shifts the context when it is full, or stops (`--ctx-overflow stop`).
+            if self.make_room(1)?.is_none() {
                 out.stop = StopReason::ContextFull;
                 break;
             }
