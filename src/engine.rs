@@ -528,7 +528,8 @@ impl Session {
 
     /// Generates up to `max_new` tokens after `prompt` (evaluated on top of what the session
     /// holds), calling `on_text` with each new piece of text as soon as it is complete UTF-8;
-    /// `on_text` returns false to stop.
+    /// `on_text` returns false to stop. A full context is shifted (`make_room`), or ends the
+    /// generation with `StopReason::ContextFull` when the session stops instead.
     pub fn generate(
         &mut self,
         prompt: &[u32],

@@ -8,7 +8,7 @@
 
 mod common;
 
-use common::kv::{greedy, load, max_abs_diff, random_ids, synth_model};
+use common::kv::{greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch};
 use memwall::config::RopeKind;
 use memwall::ctx_shift::{CtxOverflow, KvShift};
 use memwall::engine::StopReason;
@@ -18,7 +18,13 @@ use memwall::Error;
 /// Fills every layer's cache with keys RoPE-rotated at positions 0..n_pos, shifts, and holds
 /// the result to keys rotated from scratch at the new positions (values moved unchanged).
 fn shift_matches_rope_at_new_positions(gpu: bool) {
-    let model = load(&synth_model(2, 11), gpu, false);
+    for path in [synth_model(2, 11), synth_model_arch(2, 11, "qwen2")] {
+        shift_matches_rope_on(&path, gpu);
+    }
+}
+
+fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
+    let model = load(path, gpu, false);
     let cfg = model.config().clone();
     let mut s = model.session(64).unwrap();
     let (n_pos, keep, discard) = (40, 3, 11);
@@ -78,7 +84,8 @@ fn shift_matches_rope_at_new_positions(gpu: bool) {
         want_v.extend_from_slice(&v_in[(keep + discard) * kv_dim..]);
         let dk = max_abs_diff(&k, &want_k);
         let dv = max_abs_diff(&v, &want_v);
-        eprintln!("gpu={gpu} layer {l}: max |dK| {dk:e}, max |dV| {dv:e}");
+        let arch = &cfg.arch;
+        eprintln!("gpu={gpu} {arch} layer {l}: max |dK| {dk:e}, max |dV| {dv:e}");
         assert!(dk <= tol, "layer {l}: keys off by {dk}");
         assert!(dv <= tol, "layer {l}: values off by {dv}");
     }
@@ -95,9 +102,22 @@ fn gpu_shift_re_rotates_keys_to_their_new_positions() {
 }
 
 /// A one-block model's cache rows depend on their token and position only, so after a shift
-/// the next token's logits must equal those of the kept tokens evaluated from scratch.
+/// the next token's logits must equal those of the kept tokens evaluated from scratch. Run
+/// with llama's RoPE and with qwen2's (NeoX).
 fn shift_equals_recompute(gpu: bool) {
-    let model = load(&synth_model(1, 5), gpu, false);
+    let llama = synth_model(1, 5);
+    let qwen2 = synth_model_arch(1, 5, "qwen2");
+    for path in [llama, qwen2] {
+        let model = load(&path, gpu, false);
+        assert_eq!(
+            model.config().rope_kind == RopeKind::Neox,
+            model.config().arch == "qwen2"
+        );
+        shift_equals_recompute_on(&model, gpu);
+    }
+}
+
+fn shift_equals_recompute_on(model: &std::sync::Arc<memwall::engine::Model>, gpu: bool) {
     let n_vocab = model.config().n_vocab;
     let (n_ctx, keep) = (32, 2);
     let prompt = random_ids(n_ctx, n_vocab, 9);
@@ -119,7 +139,8 @@ fn shift_equals_recompute(gpu: bool) {
     let scratch = fresh.eval(&kept, Logits::Last).unwrap();
     let scale = scratch.iter().fold(0f32, |m, x| m.max(x.abs()));
     let d = max_abs_diff(&shifted, &scratch);
-    eprintln!("gpu={gpu}: max |logit diff| {d:e} (max |logit| {scale})");
+    let arch = &model.config().arch;
+    eprintln!("gpu={gpu} {arch}: max |logit diff| {d:e} (max |logit| {scale})");
     assert!(d <= 1e-3 * scale.max(1.0), "shifted vs recomputed: {d}");
     // Two shifts later, still the kept tokens' from-scratch logits.
     let more = random_ids(40, n_vocab, 12);

@@ -23,6 +23,37 @@ pub fn synth_model(n_layer: usize, seed: u64) -> PathBuf {
     path
 }
 
+/// `synth_model` as architecture `arch` (e.g. "qwen2": NeoX RoPE), the metadata keys renamed.
+pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
+    let llama = synth_model(n_layer, seed);
+    let path = llama.with_file_name(format!(
+        "tiny-{arch}-{n_layer}-{seed}-{}.gguf",
+        std::process::id()
+    ));
+    if !path.exists() {
+        let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
+        let w = memwall::bench::synth::synth_writer(&o).unwrap();
+        let mut out = memwall::gguf_writer::GgufWriter::new();
+        for (k, v) in w.metadata_pairs() {
+            let v = if k == "general.architecture" {
+                memwall::gguf::Value::String(arch.into())
+            } else {
+                v.clone()
+            };
+            let k = match k.strip_prefix("llama.") {
+                Some(rest) => format!("{arch}.{rest}"),
+                None => k.clone(),
+            };
+            out = out.metadata(k, v);
+        }
+        for t in w.tensors() {
+            out = out.tensor(t.name.clone(), t.ty, &t.dims, t.data.clone());
+        }
+        out.write_to(&path).unwrap();
+    }
+    path
+}
+
 /// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
 pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
     let device = if gpu {
