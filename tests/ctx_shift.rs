@@ -170,16 +170,19 @@ fn long_greedy_generation_in_a_small_context_on_the_cpu() {
     let model = load(&common::model_path(), false, false);
     let prompt = model.tokenizer().encode("Once upon a time", true, false);
     let mut s = model.session(256).unwrap();
+    // Keep the prompt (llama.cpp's `--keep -1`).
+    s.set_keep(Some(prompt.len()));
     let kv0 = s.exec().kv_bytes();
     let g = greedy(&mut s, &prompt, 2000);
     assert_eq!(g.stop, StopReason::Limit);
     assert_eq!(g.generated_ids.len(), 2000);
     assert!(s.tokens().len() <= 256);
-    // Each shift drops (256 - 1) / 2 = 127 tokens (the BOS is kept).
+    assert_eq!(&s.tokens()[..prompt.len()], &prompt[..]);
+    // Each shift drops (256 - keep) / 2 tokens.
     let st = s.shift_stats();
     eprintln!("{st:?}");
     assert!(st.shifts >= 13, "{st:?}");
-    assert_eq!(s.tokens()[0], model.tokenizer().bos().unwrap());
+    assert_eq!(st.discarded, st.shifts * ((256 - prompt.len()) / 2));
     assert_eq!(s.exec().kv_bytes(), kv0);
 }
 
