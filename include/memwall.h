@@ -64,6 +64,10 @@ typedef struct memwall_config {
     const char *cache_type_k; /* KV cache type of keys: "f16", "q8_0", "q4_0", "f32";
                                * NULL = default (f16 on the CPU, f32 with a GPU) */
     const char *cache_type_v; /* KV cache type of values, as cache_type_k */
+    int32_t ctx_overflow_stop; /* nonzero: a full context ends the generation
+                                * (MEMWALL_STOP_CONTEXT_FULL) and a prompt over it is refused
+                                * (MEMWALL_ERR_CONTEXT_FULL); 0 = shift: drop the oldest half
+                                * of the tokens and go on */
 } memwall_config;
 
 /* One message of a conversation. */

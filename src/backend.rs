@@ -7,6 +7,8 @@
 //! scheduler can give different layers to different backends: the hidden state crosses a
 //! boundary through `read`/`write`.
 
+use crate::config::Config;
+use crate::ctx_shift::KvShift;
 use crate::error::Result;
 
 /// A weight tensor of a llama-shaped model, by role and layer.
@@ -204,6 +206,14 @@ pub trait Backend {
     /// Fills positions 0..n_pos of layer `layer`'s cache from k, v: [n_pos, n_head_kv *
     /// head_dim], allocating the layer's cache if this backend holds none for it yet.
     fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+    /// Context shift of layer `layer`'s cache holding positions 0..s.n_pos: drops positions
+    /// s.keep..s.keep+s.discard, moves the later ones down by s.discard and re-rotates their
+    /// keys by -s.discard positions with `cfg`'s RoPE. The default goes through the host
+    /// (`read_kv`, rotate, `write_kv`); a backend may do it on its device, with the same result
+    /// to rounding.
+    fn shift_kv(&mut self, layer: usize, cfg: &Config, s: KvShift) -> Result<()> {
+        crate::ctx_shift::shift_kv_host(self, layer, cfg, s)
+    }
     /// Frees layer `layer`'s cache (the layer now runs on another device).
     fn drop_kv(&mut self, layer: usize);
     /// Waits for queued work (GPU); a no-op on the CPU.

@@ -6,6 +6,8 @@ use std::time::{Duration, Instant};
 
 use crate::config::Config;
 use crate::cpu_backend::CpuBackend;
+pub use crate::ctx_shift::CtxOverflow;
+use crate::ctx_shift::ShiftStats;
 use crate::error::{Error, Result};
 pub use crate::generate::Generator;
 use crate::generate::Step;
@@ -459,9 +461,15 @@ pub struct Generation {
 /// A conversation's state: the KV cache and the tokens it holds.
 pub struct Session {
     model: Arc<Model>,
-    exec: Exec,
-    tokens: Vec<u32>,
-    n_ctx: usize,
+    pub(crate) exec: Exec,
+    /// The tokens whose keys and values are cached, at positions 0..len.
+    pub(crate) tokens: Vec<u32>,
+    pub(crate) n_ctx: usize,
+    /// What happens when the context is full (`crate::ctx_shift`).
+    pub(crate) overflow: CtxOverflow,
+    /// Tokens a context shift keeps (`None`: the BOS token, if the model adds one).
+    pub(crate) n_keep: Option<usize>,
+    pub(crate) shifts: ShiftStats,
 }
 
 /// Tokens per forward batch in prefill: large enough to read each weight once for many
@@ -505,6 +513,9 @@ impl Session {
             exec,
             tokens: Vec::new(),
             n_ctx,
+            overflow: CtxOverflow::default(),
+            n_keep: None,
+            shifts: ShiftStats::default(),
         })
     }
 
@@ -540,12 +551,6 @@ impl Session {
                 "token id {bad} is outside the vocabulary of {n_vocab}"
             )));
         }
-        if self.tokens.len() + ids.len() > self.n_ctx {
-            return Err(Error::ContextOverflow {
-                n_prompt: self.tokens.len() + ids.len(),
-                n_ctx: self.n_ctx,
-            });
-        }
         Ok(())
     }
 
@@ -553,10 +558,18 @@ impl Session {
     /// without reading the logits back from a GPU).
     pub fn eval_argmax(&mut self, ids: &[u32]) -> Result<u32> {
         self.check_ids(ids)?;
-        let pos0 = self.tokens.len();
-        let id = self.exec.forward_argmax(ids, pos0)?;
-        self.tokens.extend_from_slice(ids);
-        Ok(id)
+        let mut id = None;
+        let mut none = Vec::new();
+        // A prompt longer than the context goes in chunks; only the last one yields the id.
+        self.eval_chunked(ids, Logits::Last, |exec, chunk, pos0, want| {
+            if matches!(want, Logits::Last) {
+                id = Some(exec.forward_argmax(chunk, pos0)?);
+                Ok(())
+            } else {
+                exec.forward(chunk, pos0, Logits::None, &mut none)
+            }
+        })?;
+        id.ok_or_else(|| Error::InvalidArgument("no tokens to evaluate".into()))
     }
 
     pub fn model(&self) -> &Arc<Model> {
@@ -578,15 +591,17 @@ impl Session {
     pub fn eval(&mut self, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
         self.check_ids(ids)?;
         let mut logits = Vec::new();
-        let pos0 = self.tokens.len();
-        self.exec.forward(ids, pos0, want, &mut logits)?;
-        self.tokens.extend_from_slice(ids);
+        self.eval_chunked(ids, want, |exec, chunk, pos0, want| {
+            exec.forward(chunk, pos0, want, &mut logits)
+        })?;
         Ok(logits)
     }
 
     /// Generates up to `max_new` tokens after `prompt` (evaluated on top of what the session
     /// holds), calling `on_text` with each new piece of text as soon as it is complete UTF-8;
-    /// `on_text` returns false to stop. The callback form of [`Generator`].
+    /// `on_text` returns false to stop. The callback form of [`Generator`]. A full context is
+    /// shifted (`make_room`), or ends the generation with `StopReason::ContextFull` when the
+    /// session stops instead.
     pub fn generate(
         &mut self,
         prompt: &[u32],

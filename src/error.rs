@@ -38,6 +38,13 @@ pub enum Error {
     #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens")]
     ContextOverflow { n_prompt: usize, n_ctx: usize },
 
+    /// A prompt cache file was refused (`crate::prompt_cache`).
+    #[error("prompt cache {path}: {kind}")]
+    PromptCache {
+        path: PathBuf,
+        kind: crate::prompt_cache::PromptCacheError,
+    },
+
     #[error("out of memory: cannot allocate the {what}")]
     OutOfMemory { what: String },
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{Generation, Session, StopReason, Timings, PREFILL_BATCH};
+use crate::engine::{CtxOverflow, Generation, Session, StopReason, Timings, PREFILL_BATCH};
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::sampler::{top_probs, Sampler};
@@ -68,7 +68,11 @@ impl<'a> Generator<'a> {
         if prompt.is_empty() {
             return Err(Error::InvalidArgument("the prompt is empty".into()));
         }
-        if session.tokens().len() + prompt.len() > session.n_ctx() {
+        // A session that shifts takes any prompt (evaluated in chunks with shifts); one that
+        // stops refuses a prompt over the context before evaluating anything.
+        if session.ctx_overflow() == CtxOverflow::Stop
+            && session.tokens().len() + prompt.len() > session.n_ctx()
+        {
             return Err(Error::ContextOverflow {
                 n_prompt: session.tokens().len() + prompt.len(),
                 n_ctx: session.n_ctx(),
@@ -153,8 +157,9 @@ impl<'a> Generator<'a> {
             if self.out.generated_ids.len() >= self.max_new {
                 return Ok(self.end(StopReason::Limit));
             }
-            // The one place where generation meets a full context.
-            if self.session.tokens().len() >= self.session.n_ctx() {
+            // The one place where generation meets a full context: shift it
+            // (`--ctx-overflow shift`, the default) or stop.
+            if self.session.make_room(1)?.is_none() {
                 return Ok(self.end(StopReason::ContextFull));
             }
             let t = Instant::now();

@@ -7,8 +7,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use memwall::api;
 use memwall::chat::ChatMessage;
-use memwall::engine::LoadOptions;
+use memwall::engine::{CtxOverflow, LoadOptions, Session};
 use memwall::kv_type::{KvType, KvTypes};
+use memwall::prompt_cache::PromptCache;
 use memwall::sampler::SamplerParams;
 
 #[derive(Parser)]
@@ -272,6 +273,19 @@ struct RunArgs {
     /// Print one JSON object on the last line of stdout instead of streaming text.
     #[arg(long)]
     json: bool,
+    /// When the context is full: `shift` keeps the first --keep tokens, drops half of the
+    /// rest and goes on (a prompt longer than the context is processed with shifts); `stop`
+    /// ends the generation (and refuses a prompt longer than the context).
+    #[arg(long = "ctx-overflow", default_value = "shift")]
+    ctx_overflow: String,
+    /// Tokens a context shift keeps at the start [default: the BOS token, if the model adds
+    /// one].
+    #[arg(long)]
+    keep: Option<usize>,
+    /// Restore the longest prefix of the prompt cached in FILE, evaluate the rest, and save
+    /// the prompt's KV state there (for another model or KV types, the file is refused).
+    #[arg(long = "prompt-cache", value_name = "FILE")]
+    prompt_cache: Option<PathBuf>,
 }
 
 /// How `plan` reads and prints sizes (its --help says it).
@@ -771,6 +785,57 @@ fn check(file: &PathBuf, json: bool) -> memwall::Result<ExitCode> {
     })
 }
 
+/// What `--prompt-cache` did before the generation.
+struct CacheUse {
+    /// Prompt tokens restored from the file.
+    restored: usize,
+    /// Prompt tokens in the session when the generation starts (all but the last).
+    n_cached: usize,
+    /// Bytes saved (0: the file already held this prompt).
+    saved_bytes: u64,
+    /// Milliseconds spent restoring, evaluating and saving.
+    ms: f64,
+}
+
+/// Restores the longest cached prefix of `prompt` from `path` (when the file exists), evaluates
+/// the prompt but its last token, and saves that state to `path` when it holds more than the
+/// file did. The last token is left to `generate`, which needs its logits.
+fn prompt_cache_prefill(
+    session: &mut Session,
+    path: &std::path::Path,
+    prompt: &[u32],
+) -> memwall::Result<CacheUse> {
+    let t0 = std::time::Instant::now();
+    let restored = if path.exists() {
+        let cache = PromptCache::load(path, session)?;
+        session.restore_prefix(&cache, prompt)?
+    } else {
+        0
+    };
+    let n_cached = prompt.len().saturating_sub(1);
+    if n_cached > restored {
+        session.eval(&prompt[restored..n_cached], memwall::model::Logits::None)?;
+    }
+    let mut saved_bytes = 0;
+    if n_cached > restored {
+        if session.tokens() == &prompt[..n_cached] {
+            saved_bytes = session.save_prompt_cache(path)?;
+        } else {
+            // The prompt did not fit the context: its state is a shifted one.
+            log::warn!(
+                "prompt cache not saved: the prompt does not fit the context of {}",
+                session.n_ctx()
+            );
+        }
+    }
+    Ok(CacheUse {
+        restored,
+        n_cached,
+        saved_bytes,
+        ms: t0.elapsed().as_secs_f64() * 1e3,
+    })
+}
+
 fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     let model = load(&a.model, a.ctx, a.json)?;
     let seed = a.seed.unwrap_or_else(|| {
@@ -791,12 +856,34 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     })?;
     session.set_max_tokens(a.n_predict);
     session.set_n_probs(a.n_probs);
+    if let Some(k) = a.keep {
+        if k >= session.n_ctx() {
+            return Err(memwall::Error::InvalidArgument(format!(
+                "--keep {k} must be smaller than the context of {} tokens",
+                session.n_ctx()
+            )));
+        }
+    }
+    session.set_ctx_overflow(CtxOverflow::parse(&a.ctx_overflow)?, a.keep);
     let json = a.json;
     let mut stdout = std::io::stdout();
-    let mut stream = if a.chat {
-        session.chat(&[ChatMessage::new("user", a.prompt.clone())])?
-    } else {
-        session.prompt(&a.prompt)?
+    let message = || [ChatMessage::new("user", a.prompt.clone())];
+    // With --prompt-cache, the prompt's tokens but the last come from the file (or are
+    // evaluated and saved to it) before the stream starts on what is left.
+    let (cache, mut stream) = match &a.prompt_cache {
+        Some(path) => {
+            let text = if a.chat {
+                model.engine().render_chat(&message())?
+            } else {
+                a.prompt.clone()
+            };
+            let prompt = model.engine().tokenizer().encode(&text, true, true);
+            let c = prompt_cache_prefill(session.engine_mut(), path, &prompt)?;
+            let rest = prompt[c.n_cached..].to_vec();
+            (Some((c, prompt)), session.prompt_tokens(&rest)?)
+        }
+        None if a.chat => (None, session.chat(&message())?),
+        None => (None, session.prompt(&a.prompt)?),
     };
     let mut gen = None;
     while let Some(ev) = stream.next() {
@@ -814,10 +901,19 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     }
     drop(stream);
     let gen = gen.ok_or_else(|| memwall::Error::InvalidArgument("no generation".into()))?;
-    let prompt = &gen.prompt_ids;
+    let mut t = gen.timings.clone();
+    let prompt = match &cache {
+        Some((c, prompt)) => {
+            // The time to first token counts restoring, evaluating and saving the prompt.
+            t.ttft_ms += c.ms;
+            t.n_prompt = prompt.len();
+            prompt.clone()
+        }
+        None => gen.prompt_ids.clone(),
+    };
+    let cache = cache.map(|(c, _)| c);
     let session = session.engine();
     let model = model.engine();
-    let t = &gen.timings;
     if json {
         let mut obj = serde_json::json!({
             "prompt_ids": prompt,
@@ -837,7 +933,15 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "decode": session.exec().placement().decode.compact(),
             },
             "exec": session.exec().stats,
+            "ctx_shift": session.shift_stats(),
         });
+        if let Some(c) = &cache {
+            obj["prompt_cache"] = serde_json::json!({
+                "restored_tokens": c.restored,
+                "saved_bytes": c.saved_bytes,
+                "ms": c.ms,
+            });
+        }
         if let Some(r) = session.exec().policy_report() {
             obj["policy"] = serde_json::to_value(r).unwrap_or_default();
         }

@@ -147,6 +147,7 @@ fn tokenize_prints_a_json_array() {
     assert_eq!(stdout(&o).trim(), "[504,3575,282,4649,314]");
 }
 
+/// Without context shifts (`--ctx-overflow stop`; the default shifts, `tests/ctx_shift.rs`).
 #[test]
 fn prompt_longer_than_the_context_is_a_clear_error() {
     let model = common::model_path();
@@ -161,6 +162,8 @@ fn prompt_longer_than_the_context_is_a_clear_error() {
         "16",
         "-n",
         "4",
+        "--ctx-overflow",
+        "stop",
     ]);
     assert!(!o.status.success());
     let err = stderr(&o);

@@ -43,7 +43,8 @@ impl From<Error> for CError {
             | Error::Config(_)
             | Error::Tokenizer(_)
             | Error::ChatTemplate(_)
-            | Error::Tensor { .. } => ERR_FORMAT,
+            | Error::Tensor { .. }
+            | Error::PromptCache { .. } => ERR_FORMAT,
             Error::UnsupportedType { .. } => ERR_UNSUPPORTED,
             Error::ContextOverflow { .. } => ERR_CONTEXT_FULL,
             Error::OutOfMemory { .. } => ERR_OUT_OF_MEMORY,

@@ -11,6 +11,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, TryLockError};
 
 use memwall::api::{self, CancelHandle, DeviceChoice, Event, KvType, SamplerParams, StopReason};
+use memwall::engine::CtxOverflow;
 
 use guard::{c_str, guard, obj, CError, ERR_BUFFER_TOO_SMALL, ERR_BUSY, ERR_INVALID_ARGUMENT};
 
@@ -38,12 +39,18 @@ pub struct memwall_config {
     pub cache_type_k: *const c_char,
     /// KV cache type of values, as `cache_type_k`.
     pub cache_type_v: *const c_char,
+    /// Nonzero: a full context ends the generation (MEMWALL_STOP_CONTEXT_FULL) and a prompt
+    /// over it is refused (MEMWALL_ERR_CONTEXT_FULL); 0 (default): the context shifts (the
+    /// oldest half of the tokens is dropped) and the generation goes on.
+    pub ctx_overflow_stop: i32,
 }
 
 /// A loaded model and the sampling its sessions start with.
 pub struct memwall_model {
     model: api::Model,
     sampler: SamplerParams,
+    /// The load config's `ctx_overflow_stop`, for sessions made without a config.
+    overflow_stop: bool,
 }
 
 /// A conversation. The cancel flag sits outside the lock so `memwall_cancel` works while
@@ -104,6 +111,7 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
         seed: s.seed,
         cache_type_k: std::ptr::null(),
         cache_type_v: std::ptr::null(),
+        ctx_overflow_stop: 0,
     }
 }
 
@@ -151,7 +159,11 @@ pub unsafe extern "C" fn memwall_model_load(
             let sampler = sampler_of(&c);
             sampler.validate()?;
             let model = cfg.load()?;
-            Ok(Box::into_raw(Box::new(memwall_model { model, sampler })))
+            Ok(Box::into_raw(Box::new(memwall_model {
+                model,
+                sampler,
+                overflow_stop: c.ctx_overflow_stop != 0,
+            })))
         },
     )
 }
@@ -235,12 +247,18 @@ pub unsafe extern "C" fn memwall_session_new(
         || {
             // SAFETY: the function's contract.
             let m = unsafe { obj(model, "model") }?;
-            let sampler = match unsafe { config.as_ref() } {
-                Some(c) => sampler_of(c),
-                None => m.sampler.clone(),
+            let (sampler, stop) = match unsafe { config.as_ref() } {
+                Some(c) => (sampler_of(c), c.ctx_overflow_stop != 0),
+                None => (m.sampler.clone(), m.overflow_stop),
             };
             let mut s = m.model.session()?;
             s.set_sampler(sampler)?;
+            let overflow = if stop {
+                CtxOverflow::Stop
+            } else {
+                CtxOverflow::Shift
+            };
+            s.set_ctx_overflow(overflow, None);
             Ok(Box::into_raw(Box::new(memwall_session {
                 cancel: s.cancel_handle(),
                 inner: Mutex::new(s),

@@ -66,6 +66,7 @@ fn c_errors_come_back_as_codes_and_text() {
         "unknown KV cache type: ok",
         "small buffer: ok code=-8 message=",
         "prompt over the context: ok code=-5 message=prompt of",
+        "prompt over the context shifts: ok code=1",
         "callback stops: ok code=3",
     ] {
         assert!(stdout.contains(case), "no {case:?} in:\n{stdout}");

@@ -87,6 +87,7 @@ int main(int argc, char **argv) {
            m == NULL && strstr(memwall_last_error(), "q3_x") != NULL, 0);
     config.cache_type_k = "q8_0";
     config.cache_type_v = "q4_0";
+    config.ctx_overflow_stop = 1; /* sessions without a config stop at a full context */
 
     m = memwall_model_load(model_path, &config);
     expect("good model loads", m != NULL && memwall_last_error()[0] == '\0', 0);
@@ -115,6 +116,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 400; i++) strcat(long_prompt, "word ");
     r = memwall_generate(s, long_prompt, 8, NULL, NULL);
     expect("prompt over the context", r == MEMWALL_ERR_CONTEXT_FULL, r);
+    /* The default: the context shifts and the same prompt generates. */
+    memwall_config shifting = memwall_config_default();
+    memwall_session *s2 = memwall_session_new(m, &shifting);
+    r = memwall_generate(s2, long_prompt, 4, NULL, NULL);
+    expect("prompt over the context shifts", r == MEMWALL_STOP_LIMIT, r);
+    memwall_session_free(s2);
     free(long_prompt);
 
     r = memwall_generate(s, "Hello", 8, stop_at_once, NULL);

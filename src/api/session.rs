@@ -159,4 +159,17 @@ impl Session {
     pub fn engine(&self) -> &crate::engine::Session {
         &self.inner
     }
+
+    /// The engine's session, to evaluate tokens outside a stream (a prompt cache restores
+    /// into it) or reach settings without a method here.
+    pub fn engine_mut(&mut self) -> &mut crate::engine::Session {
+        &mut self.inner
+    }
+
+    /// What a full context does: shift (default; keeps the first `keep` tokens and drops
+    /// half of the rest) or stop the generation.
+    pub fn set_ctx_overflow(&mut self, overflow: crate::engine::CtxOverflow, keep: Option<usize>) {
+        self.inner.set_ctx_overflow(overflow);
+        self.inner.set_keep(keep);
+    }
 }

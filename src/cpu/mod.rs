@@ -26,7 +26,7 @@ use crate::{Error, GgmlType, Result};
 use act::QAct;
 
 pub use attention::{attention, attention_kv, KvView};
-pub use ops::{add, embedding, rms_norm, rope, rope_tokens, silu, softmax, swiglu};
+pub use ops::{add, embedding, rms_norm, rope, rope_shift, rope_tokens, silu, softmax, swiglu};
 
 /// Tokens per tile of the matmul kernels.
 pub(crate) const TILE: usize = 8;

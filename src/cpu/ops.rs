@@ -97,6 +97,64 @@ pub fn rope_tokens(
     freq_scale: f32,
     neox: bool,
 ) -> Result<()> {
+    let g = RopeGeom {
+        n_tokens,
+        n_heads,
+        head_dim,
+        n_rot,
+    };
+    rope_span(x, g, pos0 as f64, 1.0, freq_base, freq_scale, neox)
+}
+
+/// Rotates every token of x: [n_tokens, n_heads, head_dim] by `delta` positions (the same
+/// angle for all of them): a context shift moves cached keys from position p to p + delta
+/// (delta < 0) this way, RoPE rotations composing by adding angles.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_shift(
+    x: &mut [f32],
+    n_tokens: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    delta: i64,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) -> Result<()> {
+    let g = RopeGeom {
+        n_tokens,
+        n_heads,
+        head_dim,
+        n_rot,
+    };
+    rope_span(x, g, delta as f64, 0.0, freq_base, freq_scale, neox)
+}
+
+/// The shape `rope_span` rotates.
+#[derive(Clone, Copy)]
+struct RopeGeom {
+    n_tokens: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+}
+
+/// RoPE with token t at position p0 + t * step (step 1: consecutive tokens; 0: one shift).
+fn rope_span(
+    x: &mut [f32],
+    g: RopeGeom,
+    p0: f64,
+    step: f64,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) -> Result<()> {
+    let RopeGeom {
+        n_tokens,
+        n_heads,
+        head_dim,
+        n_rot,
+    } = g;
     if x.len() != n_tokens * n_heads * head_dim || n_rot > head_dim || !n_rot.is_multiple_of(2) {
         return Err(len_err(
             "rope",
@@ -114,7 +172,7 @@ pub fn rope_tokens(
     // [half] cos and sin of the current token's angles.
     let mut cs = vec![(0f32, 0f32); half];
     for (t, xt) in x.chunks_exact_mut((n_heads * head_dim).max(1)).enumerate() {
-        let p = (pos0 + t) as f64 * freq_scale as f64;
+        let p = (p0 + t as f64 * step) * freq_scale as f64;
         for (c, f) in cs.iter_mut().zip(&inv_freq) {
             let theta = p * f;
             *c = (theta.cos() as f32, theta.sin() as f32);

@@ -649,4 +649,41 @@ impl Exec {
         }
         out
     }
+
+    /// Shifts every layer's KV cache (positions 0..s.n_pos) on the device that holds it: a
+    /// context shift (`crate::ctx_shift`).
+    pub fn shift_kv(&mut self, s: crate::ctx_shift::KvShift) -> Result<()> {
+        s.check()?;
+        let cfg = self.cfg.clone();
+        for l in 0..cfg.n_layer {
+            let d = self.kv_home[l];
+            on_dev!(self, d, |b, _s| b.shift_kv(l, &cfg, s))?;
+        }
+        Ok(())
+    }
+
+    /// Copies positions 0..n_pos of layer l's KV cache to k, v: [n_pos, kv_dim] (f32), from the
+    /// device that holds it.
+    pub fn read_layer_kv(
+        &mut self,
+        l: usize,
+        n_pos: usize,
+        k: &mut [f32],
+        v: &mut [f32],
+    ) -> Result<()> {
+        let d = self.layer_home(l)?;
+        on_dev!(self, d, |b, _s| b.read_kv(l, n_pos, k, v))
+    }
+
+    /// Fills positions 0.. of layer l's KV cache from k, v: [n, kv_dim] on its device.
+    pub fn write_layer_kv(&mut self, l: usize, k: &[f32], v: &[f32]) -> Result<()> {
+        let d = self.layer_home(l)?;
+        on_dev!(self, d, |b, _s| b.write_kv(l, k, v))
+    }
+
+    fn layer_home(&self, l: usize) -> Result<Device> {
+        self.kv_home.get(l).copied().ok_or_else(|| {
+            Error::InvalidArgument(format!("layer {l} of a model of {}", self.cfg.n_layer))
+        })
+    }
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod agreement;
+pub mod kv;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -1,0 +1,101 @@
+//! Helpers of the context-shift and prompt-cache tests: small synthetic models, sessions on a
+//! device, greedy generation.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use memwall::bench::synth::{write_synth, Preset, SynthOptions};
+use memwall::engine::{DeviceChoice, Generation, LoadOptions, Model, Session};
+use memwall::gpu::DeviceSelector;
+use memwall::sampler::{Sampler, SamplerParams};
+use memwall::GgmlType;
+
+/// Writes (once per process and name) a tiny random model of `n_layer` blocks whose weights
+/// come from `seed`.
+pub fn synth_model(n_layer: usize, seed: u64) -> PathBuf {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("tiny-{n_layer}-{seed}-{}.gguf", std::process::id()));
+    if !path.exists() {
+        let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
+        write_synth(&path, &o, &mut |_, _| {}).unwrap();
+    }
+    path
+}
+
+/// `synth_model` as architecture `arch` (e.g. "qwen2": NeoX RoPE), the metadata keys renamed.
+pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
+    let llama = synth_model(n_layer, seed);
+    let path = llama.with_file_name(format!(
+        "tiny-{arch}-{n_layer}-{seed}-{}.gguf",
+        std::process::id()
+    ));
+    if !path.exists() {
+        let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
+        let w = memwall::bench::synth::synth_writer(&o).unwrap();
+        let mut out = memwall::gguf_writer::GgufWriter::new();
+        for (k, v) in w.metadata_pairs() {
+            let v = if k == "general.architecture" {
+                memwall::gguf::Value::String(arch.into())
+            } else {
+                v.clone()
+            };
+            let k = match k.strip_prefix("llama.") {
+                Some(rest) => format!("{arch}.{rest}"),
+                None => k.clone(),
+            };
+            out = out.metadata(k, v);
+        }
+        for t in w.tensors() {
+            out = out.tensor(t.name.clone(), t.ty, &t.dims, t.data.clone());
+        }
+        out.write_to(&path).unwrap();
+    }
+    path
+}
+
+/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
+pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
+    let device = if gpu {
+        DeviceChoice::Gpu(DeviceSelector::Auto)
+    } else {
+        DeviceChoice::Cpu
+    };
+    let opts = LoadOptions {
+        device,
+        f32_activations,
+        ..Default::default()
+    };
+    let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
+    assert_eq!(m.gpu().is_some(), gpu, "{}", m.device_name());
+    Arc::new(m)
+}
+
+/// Greedy generation of `n` tokens after `prompt`.
+pub fn greedy(s: &mut Session, prompt: &[u32], n: usize) -> Generation {
+    let mut sampler = Sampler::new(SamplerParams::greedy()).unwrap();
+    s.generate(prompt, n, &mut sampler, 0, |_| true).unwrap()
+}
+
+/// `n` pseudo-random token ids below `n_vocab` (avoiding the last id, the synthetic models'
+/// end of generation).
+pub fn random_ids(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x % (n_vocab as u64 - 1)) as u32
+        })
+        .collect()
+}
+
+/// Largest |a - b| over two equal-length slices.
+pub fn max_abs_diff(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    a.iter()
+        .zip(b)
+        .map(|(x, y)| (x - y).abs())
+        .fold(0.0, f32::max)
+}
