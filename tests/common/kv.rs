@@ -61,9 +61,14 @@ pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Mod
     } else {
         DeviceChoice::Cpu
     };
+    // f32 caches on both devices (the GPU's only type so far): the CPU's f16 default would
+    // round the re-rotated keys a second time, an error of the cache type, not of the shift,
+    // and CPU and GPU would hold different caches.
     let opts = LoadOptions {
         device,
         f32_activations,
+        cache_type_k: Some(memwall::kv_type::KvType::F32),
+        cache_type_v: Some(memwall::kv_type::KvType::F32),
         ..Default::default()
     };
     let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
