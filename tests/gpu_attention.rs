@@ -8,8 +8,6 @@
 
 mod gpu_support;
 
-use std::time::Instant;
-
 use gpu_support::{context, Rng, U};
 use memwall::gpu::attention::{
     split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK, SPLIT_MAX_TOKENS,
@@ -440,64 +438,4 @@ fn oversize_and_malformed_requests_are_errors() {
     err_has(store(&k8, &k_cache, 8, 93), "n_ctx");
     err_has(store(&k8, &k_cache, 9, 0), "kv_store k");
     err_has(store(&k8, &small, 1, 0), "k_cache");
-}
-
-/// Time per call on this adapter (`--ignored --nocapture`): decode at pos0 0, 100 and 1000 and
-/// a 64-token prefill, for each reduction variant, the test model's attention shape; median of
-/// 10 after 2 warm-ups, each call submitted and waited for.
-#[test]
-#[ignore]
-fn attention_timing() {
-    let ctx = context();
-    let sets = kernel_sets(&ctx, false);
-    use AttentionPath::{Prefill, Split};
-    // (n_tokens, pos0, paths); decode at pos0 0 shows the fixed cost of a submit and wait.
-    let runs: [(usize, usize, &[AttentionPath]); 4] = [
-        (1, 0, &[Split]),
-        (1, 100, &[Split, Prefill]),
-        (1, 1000, &[Split, Prefill]),
-        (64, 0, &[Prefill, Split]),
-    ];
-    for (n, pos0, paths) in runs {
-        let cfg = AttentionConfig {
-            n_head: 9,
-            n_head_kv: 3,
-            head_dim: 64,
-            scale: 0.125,
-            n_ctx: 2048,
-        };
-        let mut rng = Rng(7);
-        let q = upload_f32(&ctx, "q", &rng.values(n * 9 * 64, 1.0)).unwrap();
-        let kc = upload_f32(&ctx, "k", &rng.values(2048 * 3 * 64, 1.0)).unwrap();
-        let vc = upload_f32(&ctx, "v", &rng.values(2048 * 3 * 64, 1.0)).unwrap();
-        let out = upload_f32(&ctx, "out", &vec![0.0; n * 9 * 64]).unwrap();
-        let s = split_scratch_len(&cfg, n, ATTENTION_CHUNK as usize);
-        let scratch = upload_f32(&ctx, "scratch", &vec![0.0; s]).unwrap();
-        for (ks, &path) in sets
-            .iter()
-            .flat_map(|ks| paths.iter().map(move |p| (ks, p)))
-        {
-            let l = ks
-                .attention_launches_with(path, &q, &kc, &vc, &scratch, &out, &cfg, n, pos0)
-                .unwrap();
-            let ds = prepare_all(&ctx, ks, l);
-            let refs: Vec<&Dispatch> = ds.iter().collect();
-            let mut times = Vec::new();
-            for i in 0..12 {
-                let t = Instant::now();
-                kernels::run(&ctx, &refs).unwrap();
-                if i >= 2 {
-                    times.push(t.elapsed().as_secs_f64() * 1e3);
-                }
-            }
-            times.sort_by(f64::total_cmp);
-            eprintln!(
-                "{} subgroup={}: n_tokens {n} pos0 {pos0} {path:?}: median {:.3} ms (min {:.3})",
-                ctx.info.name,
-                ks.subgroup,
-                times[times.len() / 2],
-                times[0]
-            );
-        }
-    }
 }
