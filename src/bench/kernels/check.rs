@@ -32,21 +32,6 @@ pub struct Reference {
     pub q8: Option<(Vec<f64>, Vec<f64>)>,
 }
 
-/// Block offset |c| of block `g` (the per-half constant of the integer chunk model): 8 d for
-/// Q4_0, |m| for Q4_1, 0 for Q8_0 (as `checks_q8::block_offset`).
-fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
-    let half = |at: usize| {
-        data.get(at..at + 2).map_or(f64::INFINITY, |b| {
-            f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32()).abs()
-        })
-    };
-    match ty {
-        WeightFormat::Q4_0 => 8.0 * half(g * 18),
-        WeightFormat::Q4_1 => half(g * 20 + 2),
-        _ => 0.0,
-    }
-}
-
 impl Reference {
     /// The reference for `data` (`[rows, cols]` in `ty`, ggml layout) and `x`
     /// (`[n, cols]` f32), checking tokens 0 and `n - 1`.
@@ -114,7 +99,11 @@ impl Reference {
                 for c in 0..cols {
                     let dx = f64::from(qa.d[c / 32]);
                     let w = f64::from(wd[r * cols + c]).abs();
-                    let off = block_offset(ty, data, (r * cols + c) / 32);
+                    let off = crate::gpu::selftest::checks_q8::block_offset(
+                        ty,
+                        data,
+                        (r * cols + c) / 32,
+                    );
                     s[r] += (w + 2.0 * off) * (f64::from(x0[c]).abs() + dx);
                     q[r] += w * dx / 2.0;
                 }

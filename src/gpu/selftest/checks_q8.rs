@@ -64,7 +64,7 @@ pub(super) fn quantize_act(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -
 
 /// The offset coefficient |c| of block g (the per-half constant of the CPU's chunk model):
 /// 8 d for Q4_0, |m| for Q4_1, 0 for Q8_0.
-fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
+pub(crate) fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
     let half = |at: usize| {
         data.get(at..at + 2).map_or(f64::INFINITY, |b| {
             f64::from(half::f16::from_le_bytes([b[0], b[1]]).to_f32()).abs()

@@ -14,7 +14,7 @@ mod checks_attention;
 mod checks_fused;
 mod checks_prefill;
 mod checks_probe;
-mod checks_q8;
+pub(crate) mod checks_q8;
 
 use std::collections::HashMap;
 use std::fmt::Write;
