@@ -44,6 +44,7 @@ fn main() -> memwall::Result<()> {
                 done.device
             ),
             Event::Placement(p) => eprintln!("\n[moved: decode {}]", p.decode.compact()),
+            Event::DeviceFallback(f) => eprintln!("\n[{f}]"),
             other => {
                 print!("{}", other.text());
                 let _ = std::io::stdout().flush();

@@ -133,6 +133,13 @@ int32_t memwall_generate_chat(memwall_session *session, const memwall_message *m
                               size_t n_messages, int32_t max_tokens,
                               memwall_token_callback callback, void *user_data);
 
+/* How many times the session's stages moved from the GPU to the CPU because the GPU failed
+ * (device lost or out of memory, at load or start included); the generation went on from
+ * the same state with the same tokens. With `buf` non-NULL, the last move's description is
+ * written there, NUL-terminated and cut to `cap` bytes. Returns the count or a negative
+ * memwall_status. */
+int32_t memwall_session_fallbacks(memwall_session *session, char *buf, size_t cap);
+
 /* Stops the generation running on `session`, from any thread, before its next token or
  * prompt batch (it then returns MEMWALL_STOP_CANCELLED). memwall_generate clears the request
  * when it starts. Returns MEMWALL_OK or a negative memwall_status. */

@@ -241,12 +241,13 @@ impl Session {
             })?;
             let chunk = &ids[off..off + n];
             let pos0 = self.tokens.len();
-            f(
-                &mut self.exec,
-                chunk,
-                pos0,
-                want_in(want, ids.len(), off, n),
-            )?;
+            let w = want_in(want, ids.len(), off, n);
+            if let Err(e) = f(&mut self.exec, chunk, pos0, w) {
+                // A lost GPU or one out of memory: go on on the CPU from the same state and
+                // run the pass again there (any other error comes back from `fail_over`).
+                self.exec.fail_over(e, &self.tokens)?;
+                f(&mut self.exec, chunk, pos0, w)?;
+            }
             self.tokens.extend_from_slice(chunk);
             off += n;
         }

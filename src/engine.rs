@@ -16,7 +16,10 @@ use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuMode
 use crate::kv_type::{KvType, KvTypes};
 use crate::model::Logits;
 use crate::sampler::Sampler;
-use crate::scheduler::{Device, Exec, PhasePlacement, Placement};
+use crate::scheduler::exec::{fit_uploaded, gpu_stages};
+use crate::scheduler::{
+    Device, Exec, Fallback, FallbackCause, KvRebuild, PhasePlacement, Placement,
+};
 use crate::tokenizer::Tokenizer;
 
 /// Where the model runs.
@@ -113,6 +116,9 @@ pub struct Model {
     /// With `--stream`, a budget and `--resample-every`: the budget and the blocks each
     /// session makes resident itself at start; the policy then decides residency.
     managed_residency: Option<(u64, Vec<bool>)>,
+    /// Stages the load moved to the CPU because the GPU ran out of memory (or was lost)
+    /// while uploading; every session reports it in its first events.
+    load_fallback: Option<Fallback>,
 }
 
 impl std::fmt::Debug for Model {
@@ -156,7 +162,7 @@ impl Model {
         // Check every weight the forward pass will touch now, so a bad file fails at load and
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
-        let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
+        let (gpu, device_note, placement, load_fallback) = open_gpu(&gguf, &config, opts)?;
         let kv_types = resolve_kv_types(opts, gpu.is_some(), config.head_dim)?;
         let managed_residency = match (&gpu, managed(opts), opts.gpu_mem_budget) {
             (Some(_), true, Some(budget)) => {
@@ -175,6 +181,7 @@ impl Model {
             _ => None,
         };
         Ok(Model {
+            load_fallback,
             kv_types,
             managed_residency,
             placement,
@@ -212,6 +219,12 @@ impl Model {
     /// Where each stage runs when a session starts.
     pub fn placement(&self) -> &PhasePlacement {
         &self.placement
+    }
+
+    /// The stages the load moved to the CPU because the GPU failed (ran out of memory) while
+    /// their weights were uploaded, if it did.
+    pub fn load_fallback(&self) -> Option<&Fallback> {
+        self.load_fallback.as_ref()
     }
 
     /// The GPU copy of the weights, when the model runs on a GPU.
@@ -331,13 +344,21 @@ fn initial_placement(
     Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
 }
 
-type Opened = (Option<Arc<GpuModel>>, Option<String>, PhasePlacement);
+type Opened = (
+    Option<Arc<GpuModel>>,
+    Option<String>,
+    PhasePlacement,
+    Option<Fallback>,
+);
 
 /// Opens the GPU the options ask for and uploads the weights of the stages placed there;
-/// `auto` falls back to the CPU with a note, an explicit GPU choice fails with the reason.
+/// `auto` falls back to the CPU with a note, an explicit GPU choice fails with the reason. A
+/// GPU that runs out of memory (or is lost) during the upload is not a failure: the stages
+/// whose weights did not fit run on the CPU, and the returned `Fallback` says so.
 fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
     let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
-    let load = |sel: &DeviceSelector| -> Result<(Arc<GpuModel>, PhasePlacement)> {
+    type Loaded = (Arc<GpuModel>, PhasePlacement, Option<Fallback>);
+    let load = |sel: &DeviceSelector| -> Result<Loaded> {
         let (placement, resident) = initial_placement(gguf, cfg, opts)?;
         let ctx = GpuContext::new(sel)?;
         let gopts = GpuLoadOptions {
@@ -345,21 +366,53 @@ fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
             resident: Some(resident),
             ..opts.gpu.clone()
         };
-        Ok((
-            Arc::new(GpuModel::load(ctx, gguf, cfg, &gopts)?),
-            PhasePlacement::same(placement),
-        ))
+        let g = GpuModel::load(ctx, gguf, cfg, &gopts)?;
+        let Some(why) = g.upload_failure.clone() else {
+            return Ok((Arc::new(g), PhasePlacement::same(placement), None));
+        };
+        let streams = opts.stream || opts.gpu.resident.is_some();
+        let (fit, moved) = fit_uploaded(&placement, &g, cfg.tied_embeddings, streams);
+        let f = Fallback {
+            cause: FallbackCause::OutOfMemory,
+            reason: why,
+            from: Device::Gpu,
+            to: Device::Cpu,
+            stages: moved,
+            position: 0,
+            kv: KvRebuild::Empty,
+        };
+        log::warn!("{f}; those stages run on the CPU");
+        Ok((Arc::new(g), PhasePlacement::same(fit), Some(f)))
+    };
+    // The GPU failed as a whole while loading (out of memory or lost before any stage could
+    // run there): everything on the CPU, reported.
+    let whole = |e: Error| -> Result<Opened> {
+        let Some(cause) = FallbackCause::of(&e) else {
+            return Err(e);
+        };
+        let p = initial_placement(gguf, cfg, opts)?.0;
+        let f = Fallback {
+            cause,
+            reason: e.to_string(),
+            from: Device::Gpu,
+            to: Device::Cpu,
+            stages: gpu_stages(&PhasePlacement::same(p)),
+            position: 0,
+            kv: KvRebuild::Empty,
+        };
+        log::warn!("{f}; running on the CPU");
+        Ok((None, None, all_cpu(), Some(f)))
     };
     let gpu_asked = opts.gpu_layers.is_some() || opts.gpu_mem_budget.is_some();
     match &opts.device {
         DeviceChoice::Cpu if gpu_asked => Err(Error::InvalidArgument(
             "--gpu-layers and --gpu-mem-budget need a GPU device, not --device cpu".into(),
         )),
-        DeviceChoice::Cpu => Ok((None, None, all_cpu())),
-        DeviceChoice::Gpu(sel) => {
-            let (g, p) = load(sel)?;
-            Ok((Some(g), None, p))
-        }
+        DeviceChoice::Cpu => Ok((None, None, all_cpu(), None)),
+        DeviceChoice::Gpu(sel) => match load(sel) {
+            Ok((g, p, f)) => Ok((Some(g), None, p, f)),
+            Err(e) => whole(e),
+        },
         DeviceChoice::Auto => {
             let rows = crate::gpu::list_adapters();
             let hw = rows.iter().find(|r| {
@@ -379,10 +432,10 @@ fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
                         found.join(", ")
                     )
                 };
-                return Ok((None, Some(note), all_cpu()));
+                return Ok((None, Some(note), all_cpu(), None));
             };
             match load(&DeviceSelector::Index(hw.index)) {
-                Ok((g, p)) => Ok((Some(g), None, p)),
+                Ok((g, p, f)) => Ok((Some(g), None, p, f)),
                 Err(e) => Ok((
                     None,
                     Some(format!(
@@ -390,6 +443,7 @@ fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
                         hw.name
                     )),
                     all_cpu(),
+                    None,
                 )),
             }
         }
@@ -470,6 +524,8 @@ pub struct Session {
     /// Tokens a context shift keeps (`None`: the BOS token, if the model adds one).
     pub(crate) n_keep: Option<usize>,
     pub(crate) shifts: ShiftStats,
+    /// How many of the executor's fallbacks a token stream has reported.
+    fallbacks_reported: usize,
 }
 
 /// Tokens per forward batch in prefill: large enough to read each weight once for many
@@ -484,19 +540,46 @@ impl Session {
         } else {
             n_ctx
         };
-        let exec = Exec::new(
-            cfg.clone(),
-            model.gguf.clone(),
-            model.pool.clone(),
-            model.gpu.clone(),
-            model.placement.clone(),
-            n_ctx,
-            PREFILL_BATCH,
-            model.f32_activations,
-            model.kv_types,
-        )?;
-        let mut exec = exec;
-        if let (Some(every), Some(_)) = (model.resample_every, &model.gpu) {
+        let exec_on = |gpu: Option<Arc<GpuModel>>, placement: PhasePlacement| {
+            Exec::new(
+                cfg.clone(),
+                model.gguf.clone(),
+                model.pool.clone(),
+                gpu,
+                placement,
+                n_ctx,
+                PREFILL_BATCH,
+                model.f32_activations,
+                model.kv_types,
+            )
+        };
+        let mut exec = match exec_on(model.gpu.clone(), model.placement.clone()) {
+            Ok(e) => e,
+            // The GPU backend could not start (no memory left for this session's KV cache
+            // and scratch, or the device is lost): this session runs on the CPU.
+            Err(e) => match (&model.gpu, FallbackCause::of(&e)) {
+                (Some(_), Some(cause)) => {
+                    let cpu = PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
+                    let mut exec = exec_on(None, cpu)?;
+                    exec.record_fallback(Fallback {
+                        cause,
+                        reason: e.to_string(),
+                        from: Device::Gpu,
+                        to: Device::Cpu,
+                        stages: gpu_stages(&model.placement),
+                        position: 0,
+                        kv: KvRebuild::Empty,
+                    });
+                    exec
+                }
+                _ => return Err(e),
+            },
+        };
+        if let Some(f) = &model.load_fallback {
+            // Reported by the session's first events too, not only by the model.
+            exec.push_fallback(f.clone());
+        }
+        if let (Some(every), true) = (model.resample_every, exec.has_gpu()) {
             let mm = crate::plan::MemoryModel::from_gguf(
                 &model.gguf,
                 cfg,
@@ -516,7 +599,17 @@ impl Session {
             overflow: CtxOverflow::default(),
             n_keep: None,
             shifts: ShiftStats::default(),
+            fallbacks_reported: 0,
         })
+    }
+
+    /// The fallbacks to the CPU (GPU lost or out of memory) no stream has reported yet,
+    /// marked reported.
+    pub fn take_unreported_fallbacks(&mut self) -> Vec<Fallback> {
+        let all = self.exec.fallbacks();
+        let new = all.get(self.fallbacks_reported..).unwrap_or(&[]).to_vec();
+        self.fallbacks_reported = all.len();
+        new
     }
 
     /// The backend's name ("cpu", "gpu:...").

@@ -48,6 +48,11 @@ pub enum Error {
     #[error("out of memory: cannot allocate the {what}")]
     OutOfMemory { what: String },
 
+    /// The GPU device was lost (driver reset, device removed, or destroyed): nothing on it
+    /// can be read any more. A session goes on on the CPU (`scheduler::exec::failover`).
+    #[error("GPU device lost: {reason}")]
+    DeviceLost { reason: String },
+
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 

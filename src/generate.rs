@@ -129,6 +129,12 @@ impl<'a> Generator<'a> {
         self.session
     }
 
+    /// The session generating, to change it between steps (a stream marks what it
+    /// reported).
+    pub(crate) fn session_mut(&mut self) -> &mut Session {
+        self.session
+    }
+
     /// What was generated so far (complete once a step returned [`Step::Done`]).
     pub fn generation(&self) -> &Generation {
         &self.out

@@ -889,6 +889,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     while let Some(ev) = stream.next() {
         match ev? {
             api::Event::Done(done) => gen = Some(*done),
+            api::Event::DeviceFallback(f) => eprintln!("warning: {f}; going on on the CPU"),
             // A closed pipe ends the generation instead of failing it.
             ev if !json
                 && !ev.text().is_empty()
@@ -934,6 +935,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             },
             "exec": session.exec().stats,
             "ctx_shift": session.shift_stats(),
+            "fallbacks": gen.fallbacks,
         });
         if let Some(c) = &cache {
             obj["prompt_cache"] = serde_json::json!({

@@ -63,7 +63,7 @@ fn stream_matches_greedy_recomputation() {
             }
             Event::Text(t) => text.push_str(&t),
             Event::Done(d) => done = Some(*d),
-            Event::Prefill { .. } | Event::Placement(_) => {}
+            Event::Prefill { .. } | Event::Placement(_) | Event::DeviceFallback(_) => {}
         }
     }
     let done = done.expect("no Done event");

@@ -49,7 +49,7 @@ impl From<Error> for CError {
             Error::ContextOverflow { .. } => ERR_CONTEXT_FULL,
             Error::OutOfMemory { .. } => ERR_OUT_OF_MEMORY,
             Error::InvalidArgument(_) => ERR_INVALID_ARGUMENT,
-            Error::Gpu(_) => ERR_GPU,
+            Error::Gpu(_) | Error::DeviceLost { .. } => ERR_GPU,
         };
         CError::new(code, e.to_string())
     }

@@ -410,6 +410,19 @@ pub unsafe extern "C" fn memwall_generate_chat(
     )
 }
 
+/// The fault injection of a model's GPU, for the failover tests (not part of the C API).
+///
+/// # Safety
+/// `model` is NULL or a live model.
+#[doc(hidden)]
+pub unsafe fn test_gpu_faults(
+    model: *const memwall_model,
+) -> Option<std::sync::Arc<memwall::gpu::GpuFaults>> {
+    // SAFETY: the function's contract.
+    let m = unsafe { model.as_ref() }?;
+    m.model.engine().gpu().map(|g| g.ctx.faults().clone())
+}
+
 /// Runs a generation, handing each piece of text to `callback`; returns the stop code.
 ///
 /// # Safety
@@ -453,6 +466,45 @@ fn stop_code(s: StopReason) -> i32 {
         StopReason::ContextFull => 2,
         StopReason::Cancelled => 3,
     }
+}
+
+/// How many times the session's stages moved from the GPU to the CPU because the GPU failed
+/// (device lost, out of memory; at load or start included); the generation went on from the
+/// same state. With `buf` non-NULL, the last move's description is written there
+/// (NUL-terminated, cut to `cap` bytes). Returns the count or a negative status.
+///
+/// # Safety
+/// `session` is a live session; `buf` NULL or `cap` writable bytes.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_fallbacks(
+    session: *mut memwall_session,
+    buf: *mut c_char,
+    cap: usize,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            let inner = lock(s)?;
+            let all = inner.fallbacks();
+            if !buf.is_null() && cap > 0 {
+                let msg = all.last().map(|f| f.to_string()).unwrap_or_default();
+                // Cut at a character boundary, leaving room for the NUL.
+                let mut n = msg.len().min(cap - 1);
+                while !msg.is_char_boundary(n) {
+                    n -= 1;
+                }
+                // SAFETY: `buf` has `cap` > n writable bytes by the contract.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(msg.as_ptr(), buf.cast::<u8>(), n);
+                    *buf.add(n) = 0;
+                }
+            }
+            i32::try_from(all.len())
+                .map_err(|_| CError::new(guard::ERR_INTERNAL, "too many fallbacks"))
+        },
+    )
 }
 
 /// Stops the generation running on `session` (from any thread) before its next token or

@@ -158,3 +158,47 @@ fn chat_matches_the_rust_api() {
     assert!(!expected.text.is_empty());
     assert_eq!(text, expected.text);
 }
+
+/// A GPU lost in the middle of memwall_generate: the generation finishes (on the CPU) and
+/// memwall_session_fallbacks reports the move.
+#[test]
+fn device_loss_is_survived_and_reported() {
+    let path = CString::new(common::model_path().to_str().unwrap()).unwrap();
+    let gpu = CString::new("gpu").unwrap();
+    let mut cfg = memwall_config_default();
+    cfg.device = gpu.as_ptr();
+    cfg.n_ctx = 256;
+    let mut text = String::new();
+    unsafe {
+        let m = memwall_model_load(path.as_ptr(), &cfg);
+        assert!(!m.is_null(), "{}", last_error());
+        let s = memwall_session_new(m, std::ptr::null());
+        assert!(!s.is_null(), "{}", last_error());
+        assert_eq!(memwall_session_fallbacks(s, std::ptr::null_mut(), 0), 0);
+        let faults = test_gpu_faults(m).expect("the model runs on a GPU");
+        // A few submissions in: during the prompt or the first tokens.
+        faults.lose_device_after_submits(3);
+        let prompt = CString::new("The three primary colors are").unwrap();
+        let r = memwall_generate(
+            s,
+            prompt.as_ptr(),
+            8,
+            Some(collect),
+            (&mut text as *mut String).cast(),
+        );
+        assert_eq!(r, STOP_LIMIT, "{}", last_error());
+        assert!(faults.device_lost());
+        assert!(!text.is_empty());
+        let mut buf = [0 as c_char; 256];
+        let n = memwall_session_fallbacks(s, buf.as_mut_ptr(), buf.len());
+        assert_eq!(n, 1, "{}", last_error());
+        let msg = CStr::from_ptr(buf.as_ptr()).to_string_lossy().into_owned();
+        assert!(msg.contains("device lost"), "{msg}");
+        // A buffer too small gets a cut, NUL-terminated message.
+        let mut small = [1 as c_char; 8];
+        assert_eq!(memwall_session_fallbacks(s, small.as_mut_ptr(), 8), 1);
+        assert_eq!(CStr::from_ptr(small.as_ptr()).to_bytes().len(), 7);
+        memwall_session_free(s);
+        memwall_model_free(m);
+    }
+}

@@ -31,7 +31,7 @@ pub use crate::chat::ChatMessage;
 pub use crate::engine::{default_model_path, DeviceChoice, StopReason, Timings};
 pub use crate::kv_type::KvType;
 pub use crate::sampler::SamplerParams;
-pub use crate::scheduler::{Phase, PhasePlacement, Placement};
+pub use crate::scheduler::{Fallback, FallbackCause, KvRebuild, Phase, PhasePlacement, Placement};
 pub use session::{CancelHandle, Session};
 pub use stream::{Event, Finished, TokenStream};
 
@@ -160,6 +160,12 @@ impl Model {
     /// Where each stage runs when a session starts.
     pub fn placement(&self) -> &PhasePlacement {
         self.inner.placement()
+    }
+
+    /// The stages the load left on the CPU because the GPU ran out of memory (or was lost)
+    /// while uploading their weights, if it did.
+    pub fn load_fallback(&self) -> Option<&Fallback> {
+        self.inner.load_fallback()
     }
 
     /// The engine's model, for what this API does not cover (perplexity, statistics).

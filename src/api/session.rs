@@ -155,6 +155,12 @@ impl Session {
         self.inner.n_ctx()
     }
 
+    /// Every move of this session's stages to the CPU after a GPU failure (lost device, out
+    /// of memory), oldest first; a stream also reports each as `Event::DeviceFallback`.
+    pub fn fallbacks(&self) -> &[crate::scheduler::Fallback] {
+        self.inner.exec().fallbacks()
+    }
+
     /// The engine's session: the executor's placement, statistics and policy report.
     pub fn engine(&self) -> &crate::engine::Session {
         &self.inner

@@ -5,7 +5,7 @@ use std::collections::VecDeque;
 use crate::engine::{StopReason, Timings};
 use crate::error::Result;
 use crate::generate::{Generator, Step};
-use crate::scheduler::PhasePlacement;
+use crate::scheduler::{Fallback, PhasePlacement};
 
 /// What a generation reports, in order: prompt progress, tokens, placement changes, and a
 /// last [`Event::Done`].
@@ -20,6 +20,10 @@ pub enum Event {
     Text(String),
     /// The stages moved (the offload policy re-placed them): where they run now.
     Placement(PhasePlacement),
+    /// The GPU failed (lost, or out of memory) and its stages went on on the CPU from the
+    /// same state: the generation continues with the same tokens. Also reported once by a
+    /// session's first stream when the load itself left stages on the CPU.
+    DeviceFallback(Fallback),
     /// The generation is over.
     Done(Box<Finished>),
 }
@@ -49,6 +53,9 @@ pub struct Finished {
     /// What ran where, e.g. `cpu+gpu:... [c|cccGGG|G]`.
     pub device: String,
     pub placement: PhasePlacement,
+    /// Every move to the CPU after a GPU failure in this session so far (at load or start
+    /// included), oldest first.
+    pub fallbacks: Vec<Fallback>,
 }
 
 /// The events of one generation, as an iterator; dropping it mid-way leaves the context
@@ -101,13 +108,19 @@ impl<'a> TokenStream<'a> {
             timings: g.timings.clone(),
             device: s.backend_name(),
             placement: s.exec().placement().clone(),
+            fallbacks: s.exec().fallbacks().to_vec(),
         }
     }
 
     /// Runs one step and queues its events: a placement change first (the pass that made it
     /// produced the rest).
     fn step(&mut self) -> Result<()> {
-        let step = self.gen.step()?;
+        let step = self.gen.step();
+        // A fallback comes first, also when the step failed after it.
+        for f in self.gen.session_mut().take_unreported_fallbacks() {
+            self.queued.push_back(Event::DeviceFallback(f));
+        }
+        let step = step?;
         let now = self.gen.session().exec().placement();
         if *now != self.placement {
             self.placement = now.clone();

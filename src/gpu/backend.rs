@@ -118,6 +118,7 @@ fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
             ),
         });
     }
+    ctx.before_alloc(label)?;
     ctx.scoped(&format!("allocate {label} ({bytes} bytes)"), || {
         Ok(ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some(label),
@@ -403,10 +404,12 @@ impl GpuBackend {
         });
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+            .map_err(|e| ctx.lost_or("readback", Error::Gpu(format!("wait for the GPU: {e}"))))?;
         rx.recv()
-            .map_err(|_| Error::Gpu("readback callback never ran".into()))?
-            .map_err(|e| Error::Gpu(format!("map readback buffer: {e}")))?;
+            .map_err(|_| ctx.lost_or("readback", Error::Gpu("readback callback never ran".into())))?
+            .map_err(|e| {
+                ctx.lost_or("readback", Error::Gpu(format!("map readback buffer: {e}")))
+            })?;
         let out = {
             let view = slice
                 .get_mapped_range()
@@ -950,7 +953,7 @@ impl Backend for GpuBackend {
         self.rec.flush(ctx)?;
         ctx.device
             .poll(wgpu::PollType::wait_indefinitely())
-            .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+            .map_err(|e| ctx.lost_or("sync", Error::Gpu(format!("wait for the GPU: {e}"))))?;
         ctx.check_uncaptured("sync")
     }
 }

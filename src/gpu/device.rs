@@ -8,6 +8,7 @@
 use std::sync::{Arc, Mutex};
 
 use crate::error::{Error, Result};
+use crate::gpu::faults::{Fault, GpuFaults};
 
 /// One adapter, as `memwall devices` prints it.
 #[derive(Debug, Clone, serde::Serialize)]
@@ -123,6 +124,12 @@ pub struct GpuContext {
     pub info: AdapterInfoRow,
     /// Errors no error scope caught (from the `on_uncaptured_error` handler).
     uncaptured: Arc<Mutex<Vec<String>>>,
+    /// Why the device was lost, once it was (set by wgpu's device-lost callback, or by an
+    /// injected loss): every later operation fails with `Error::DeviceLost` without touching
+    /// the device (wgpu panics on some calls on a lost device, e.g. mapped creation).
+    lost: Arc<Mutex<Option<String>>>,
+    /// Fault injection for tests (inert unless armed).
+    faults: Arc<GpuFaults>,
 }
 
 impl std::fmt::Debug for GpuContext {
@@ -218,6 +225,18 @@ impl GpuContext {
                 v.push(e.to_string());
             }
         }));
+        let lost = Arc::new(Mutex::new(None));
+        let lost_sink = Arc::clone(&lost);
+        device.set_device_lost_callback(move |reason, msg| {
+            if let Ok(mut l) = lost_sink.lock() {
+                let why = if msg.is_empty() {
+                    format!("{reason:?}")
+                } else {
+                    format!("{reason:?}: {msg}")
+                };
+                l.get_or_insert(why);
+            }
+        });
         Ok(GpuContext {
             device,
             queue,
@@ -225,6 +244,8 @@ impl GpuContext {
             limits,
             info,
             uncaptured,
+            lost,
+            faults: Arc::new(GpuFaults::default()),
         })
     }
 
@@ -236,23 +257,93 @@ impl GpuContext {
         self.features.contains(wgpu::Features::SHADER_F16)
     }
 
-    /// Runs `f` inside validation and out-of-memory error scopes; an error either scope catches
-    /// (or one that reached the uncaptured handler meanwhile) becomes `Error::Gpu`.
+    /// Runs `f` inside validation and out-of-memory error scopes; an out-of-memory error
+    /// becomes `Error::OutOfMemory`, another error either scope catches (or one that reached
+    /// the uncaptured handler meanwhile) `Error::Gpu`. On a lost device `f` does not run:
+    /// `Error::DeviceLost`.
     pub fn scoped<T>(&self, what: &str, f: impl FnOnce() -> Result<T>) -> Result<T> {
+        self.check_lost(what)?;
         let oom = self.device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
         let validation = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
         let out = f();
         let v = pollster::block_on(validation.pop());
         let o = pollster::block_on(oom.pop());
-        if let Some(e) = v.or(o) {
+        // A loss during `f` shows as validation errors ("device is invalid"): say what it is.
+        self.check_lost(what)?;
+        if let Some(e) = o {
+            return Err(Error::OutOfMemory {
+                what: format!("{what}: {e}"),
+            });
+        }
+        if let Some(e) = v {
             return Err(Error::Gpu(format!("{what}: {e}")));
         }
         self.check_uncaptured(what)?;
         out
     }
 
+    /// `Error::DeviceLost` once the device is lost.
+    pub fn check_lost(&self, what: &str) -> Result<()> {
+        let reason = self
+            .lost
+            .lock()
+            .map_err(|_| Error::Gpu("device-lost flag poisoned".into()))?
+            .clone();
+        match reason {
+            Some(reason) => Err(Error::DeviceLost {
+                reason: format!("{what}: {reason}"),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// `e`, or `Error::DeviceLost` when the device is lost (what a failed wait or map on a
+    /// lost device really means).
+    pub fn lost_or(&self, what: &str, e: Error) -> Error {
+        match self.check_lost(what) {
+            Err(lost) => lost,
+            Ok(()) => e,
+        }
+    }
+
+    /// Whether the device is lost.
+    pub fn is_lost(&self) -> bool {
+        self.lost.lock().map_or(true, |l| l.is_some())
+    }
+
+    /// The fault injection of this context (tests).
+    #[doc(hidden)]
+    pub fn faults(&self) -> &Arc<GpuFaults> {
+        &self.faults
+    }
+
+    /// Uses `f` as this context's fault injection (tests: before the model's upload).
+    #[doc(hidden)]
+    pub fn set_faults(&mut self, f: Arc<GpuFaults>) {
+        self.faults = f;
+    }
+
+    /// A fault point before each queue submission: an armed loss destroys the device here.
+    pub(crate) fn before_submit(&self) -> Result<()> {
+        if let Fault::LoseDevice = self.faults.on_submit() {
+            // The real path: wgpu marks the device invalid and later calls the lost callback.
+            self.device.destroy();
+            if let Ok(mut l) = self.lost.lock() {
+                l.get_or_insert_with(|| "destroyed (injected device loss)".into());
+            }
+        }
+        self.check_lost("submit")
+    }
+
+    /// A fault point before each buffer allocation or weight upload of `what`.
+    pub(crate) fn before_alloc(&self, what: &str) -> Result<()> {
+        self.check_lost(what)?;
+        self.faults.on_alloc(what)
+    }
+
     /// Returns (and clears) errors the uncaptured-error handler collected.
     pub fn check_uncaptured(&self, what: &str) -> Result<()> {
+        self.check_lost(what)?;
         let mut v = self
             .uncaptured
             .lock()

@@ -165,6 +165,7 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> Result<wgpu::B
     } else {
         bytes
     };
+    ctx.before_alloc(label)?;
     ctx.scoped(label, || {
         Ok(ctx
             .device

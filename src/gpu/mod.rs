@@ -22,6 +22,8 @@
 pub mod attention;
 pub mod backend;
 pub mod device;
+#[doc(hidden)]
+pub mod faults;
 pub mod kernels;
 pub mod matmul;
 pub mod ops;
@@ -37,6 +39,8 @@ pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
+#[doc(hidden)]
+pub use faults::GpuFaults;
 pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};

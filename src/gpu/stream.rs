@@ -105,6 +105,8 @@ impl StreamRing {
         if self.holds(l) {
             return Ok(());
         }
+        // The queue writes stage the block in memory the driver allocates.
+        ctx.before_alloc(&format!("stream block {l}"))?;
         let t = std::time::Instant::now();
         let i = (self.last + 1) % self.slots.len();
         let slot = &mut self.slots[i];

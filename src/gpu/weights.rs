@@ -67,6 +67,9 @@ pub struct GpuLoadOptions {
     /// Time measured passes with the wall clock even when the adapter has timestamp queries
     /// (tests of the fallback; adapters whose timestamps are unreliable).
     pub no_timestamps: bool,
+    /// Fault injection for the failover tests, installed on the context before the upload.
+    #[doc(hidden)]
+    pub faults: Option<std::sync::Arc<crate::gpu::faults::GpuFaults>>,
 }
 
 /// Whether weight `id` is needed on the GPU by the stages `p` puts there.
@@ -105,6 +108,84 @@ pub struct GpuModel {
     /// Whether sessions time measured passes with GPU timestamps (the adapter has
     /// `TIMESTAMP_QUERY` and [`GpuLoadOptions::no_timestamps`] is off).
     pub timestamps: bool,
+    /// The upload that ran out of memory, when one did: the weights from it on are not here
+    /// (a block is all here or not at all), and the stages needing them run on the CPU.
+    pub upload_failure: Option<String>,
+}
+
+/// The weights uploaded so far by [`GpuModel::load`].
+#[derive(Default)]
+struct Uploads {
+    mats: HashMap<WeightId, GpuWeightMatrix>,
+    fused: HashMap<WeightId, FusedMatrix>,
+    vecs: HashMap<WeightId, wgpu::Buffer>,
+    warnings: Vec<String>,
+    weight_bytes: u64,
+}
+
+impl Uploads {
+    /// Uploads weight `id` of shape `dims` (with its fused group, if it heads one).
+    fn upload(
+        &mut self,
+        ctx: &GpuContext,
+        gguf: &Gguf,
+        id: WeightId,
+        dims: &[usize],
+        opts: &GpuLoadOptions,
+        limit: u64,
+    ) -> Result<()> {
+        let group = match id {
+            WeightId::Wq(l) => vec![id, WeightId::Wk(l), WeightId::Wv(l)],
+            WeightId::Gate(l) => vec![id, WeightId::Up(l)],
+            _ => Vec::new(),
+        };
+        // Fused only for the 8-bit activation path, the one with stacked-output kernels.
+        if !group.is_empty() && !opts.f32_activations {
+            if let Some((f, views)) = fuse(ctx, gguf, &group, limit)? {
+                self.weight_bytes +=
+                    f.m.quants.size() + f.m.scales.as_ref().map_or(0, |s| s.size());
+                self.mats.extend(views);
+                self.fused.insert(id, f);
+                return Ok(());
+            }
+        }
+        let t = gguf.require_tensor(&id.tensor_name())?;
+        let data = gguf.tensor_data(t);
+        let tensor_err = |msg: String| Error::Tensor {
+            name: t.name.clone(),
+            msg,
+        };
+        if dims.len() == 1 {
+            let v = kernels_ref::dequantize_vec(t.ty, data, dims[0])
+                .map_err(|e| tensor_err(e.to_string()))?;
+            self.weight_bytes += (v.len() * 4) as u64;
+            self.vecs.insert(id, upload_f32(ctx, &t.name, &v)?);
+            return Ok(());
+        }
+        let (cols, rows) = (dims[0], dims[1]);
+        let (ty, bytes, warning) = gpu_format(t.ty, &t.name, data, rows, cols)?;
+        self.warnings.extend(warning);
+        let m = upload_split(ctx, &t.name, ty, &bytes, rows, cols, limit)?;
+        self.weight_bytes += m
+            .parts
+            .iter()
+            .map(|p| p.m.quants.size() + p.m.scales.as_ref().map_or(0, |s| s.size()))
+            .sum::<u64>();
+        self.mats.insert(id, m);
+        Ok(())
+    }
+
+    /// Drops the weights uploaded with `id`'s stage: all of its block's, or `id` itself, so a
+    /// stage is on the GPU whole or not at all.
+    fn forget(&mut self, id: WeightId) {
+        let same = |w: &WeightId| match id.layer_index() {
+            Some(l) => w.layer_index() == Some(l),
+            None => *w == id,
+        };
+        self.mats.retain(|w, _| !same(w));
+        self.fused.retain(|w, _| !same(w));
+        self.vecs.retain(|w, _| !same(w));
+    }
 }
 
 impl GpuModel {
@@ -115,17 +196,19 @@ impl GpuModel {
         cfg: &Config,
         opts: &GpuLoadOptions,
     ) -> Result<GpuModel> {
+        let mut ctx = ctx;
+        if let Some(f) = &opts.faults {
+            ctx.set_faults(f.clone());
+        }
         let kernels = Kernels::new(&ctx)?;
         let limit = opts
             .max_binding_bytes
             .unwrap_or(u64::MAX)
             .min(ctx.limits.max_storage_buffer_binding_size)
             .min(ctx.limits.max_buffer_size);
-        let mut mats = HashMap::new();
-        let mut vecs = HashMap::new();
-        let mut warnings = Vec::new();
-        let mut weight_bytes = 0u64;
-        let mut fused = HashMap::new();
+        let mut up = Uploads::default();
+        let mut upload_failure = None;
+        let mut stage = (None, 0u64);
         for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
             if let Some(p) = &opts.resident {
                 // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
@@ -134,48 +217,34 @@ impl GpuModel {
                     continue;
                 }
             }
-            if mats.contains_key(&id) {
+            if up.mats.contains_key(&id) {
                 // A member of a fused matrix, already in place as a view.
                 continue;
             }
-            let group = match id {
-                WeightId::Wq(l) => vec![id, WeightId::Wk(l), WeightId::Wv(l)],
-                WeightId::Gate(l) => vec![id, WeightId::Up(l)],
-                _ => Vec::new(),
-            };
-            // Fused only for the 8-bit activation path, the one with stacked-output kernels.
-            if !group.is_empty() && !opts.f32_activations {
-                if let Some((f, views)) = fuse(&ctx, gguf, &group, limit)? {
-                    weight_bytes += f.m.quants.size() + f.m.scales.as_ref().map_or(0, |s| s.size());
-                    mats.extend(views);
-                    fused.insert(id, f);
-                    continue;
+            // Bytes before this weight's stage (a block's first weight starts it).
+            if id.layer_index().is_none() || id.layer_index() != stage.0 {
+                stage = (id.layer_index(), up.weight_bytes);
+            }
+            match up.upload(&ctx, gguf, id, &dims, opts, limit) {
+                Ok(()) => {}
+                // The memory is full: keep what fits, the stages missing a weight run on the
+                // CPU (the caller re-places them, see `GpuModel::upload_failure`).
+                Err(Error::OutOfMemory { what }) => {
+                    up.forget(id);
+                    up.weight_bytes = stage.1;
+                    upload_failure = Some(what);
+                    break;
                 }
+                Err(e) => return Err(e),
             }
-            let t = gguf.require_tensor(&id.tensor_name())?;
-            let data = gguf.tensor_data(t);
-            let tensor_err = |msg: String| Error::Tensor {
-                name: t.name.clone(),
-                msg,
-            };
-            if dims.len() == 1 {
-                let v = kernels_ref::dequantize_vec(t.ty, data, dims[0])
-                    .map_err(|e| tensor_err(e.to_string()))?;
-                weight_bytes += (v.len() * 4) as u64;
-                vecs.insert(id, upload_f32(&ctx, &t.name, &v)?);
-                continue;
-            }
-            let (cols, rows) = (dims[0], dims[1]);
-            let (ty, bytes, warning) = gpu_format(t.ty, &t.name, data, rows, cols)?;
-            warnings.extend(warning);
-            let m = upload_split(&ctx, &t.name, ty, &bytes, rows, cols, limit)?;
-            weight_bytes += m
-                .parts
-                .iter()
-                .map(|p| p.m.quants.size() + p.m.scales.as_ref().map_or(0, |s| s.size()))
-                .sum::<u64>();
-            mats.insert(id, m);
         }
+        let Uploads {
+            mats,
+            vecs,
+            fused,
+            warnings,
+            weight_bytes,
+        } = up;
         let rope = RopeConfig {
             n_heads: cfg.n_head,
             head_dim: cfg.head_dim,
@@ -200,6 +269,7 @@ impl GpuModel {
             warnings,
             f32_activations: opts.f32_activations,
             timestamps,
+            upload_failure,
         })
     }
 

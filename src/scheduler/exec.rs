@@ -110,6 +110,8 @@ pub struct Exec {
     residency_budget: Option<u64>,
     /// Stream loads (bytes, ms) already given to the policy.
     upload_seen: (u64, f64),
+    /// Moves to the CPU after GPU failures (`failover`).
+    fallbacks: Vec<Fallback>,
     pub stats: ExecStats,
 }
 
@@ -130,8 +132,12 @@ macro_rules! on_dev {
 }
 
 // Parts of `impl Exec` in their own files (they see its private fields and `on_dev!`).
+mod failover;
 mod policy_side;
 mod stamps;
+
+pub(crate) use failover::{fit_uploaded, gpu_stages};
+pub use failover::{Fallback, FallbackCause, KvRebuild};
 
 /// A pass of more than one token is prompt processing.
 pub(crate) fn phase_of(n_tokens: usize) -> Phase {
@@ -187,6 +193,7 @@ impl Exec {
             own_resident: vec![false; placement.prefill.layers.len()],
             residency_budget: None,
             upload_seen: (0, 0.0),
+            fallbacks: Vec::new(),
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -596,6 +603,7 @@ impl Exec {
         let pool = self.pool.clone();
         let n_total = tokens.len();
         let n_vocab = self.cfg.n_vocab;
+        let start = logits_out.len();
         let r = pool.install(|| {
             self.run(tokens, pos0, |e, at, start_idx, n| {
                 if let Some((first, n_rows)) = want.rows(n_total, start_idx, n) {
@@ -610,7 +618,12 @@ impl Exec {
             })
         });
         let after = pool.install(|| self.after_pass());
-        r.and(after)
+        let r = r.and(after);
+        if r.is_err() {
+            // A failed pass yields nothing (it may run again after a fallback).
+            logits_out.truncate(start);
+        }
+        r
     }
 
     /// As [`Exec::forward`], returning only the most likely next token after the last one;

@@ -11,7 +11,7 @@ use std::fmt;
 pub mod dynamic;
 pub mod exec;
 
-pub use exec::{Exec, ExecStats, StageTimes};
+pub use exec::{Exec, ExecStats, Fallback, FallbackCause, KvRebuild, StageTimes};
 
 /// Where one stage of the forward pass runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]

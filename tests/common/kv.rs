@@ -54,8 +54,8 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     path
 }
 
-/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
-pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
+/// The options of [`load`]: the CPU or (`gpu`) the GPU, f32 caches on both.
+pub fn load_options(gpu: bool, f32_activations: bool) -> LoadOptions {
     let device = if gpu {
         DeviceChoice::Gpu(DeviceSelector::Auto)
     } else {
@@ -64,13 +64,18 @@ pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Mod
     // f32 caches on both devices (the GPU's only type so far): the CPU's f16 default would
     // round the re-rotated keys a second time, an error of the cache type, not of the shift,
     // and CPU and GPU would hold different caches.
-    let opts = LoadOptions {
+    LoadOptions {
         device,
         f32_activations,
         cache_type_k: Some(memwall::kv_type::KvType::F32),
         cache_type_v: Some(memwall::kv_type::KvType::F32),
         ..Default::default()
-    };
+    }
+}
+
+/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
+pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
+    let opts = load_options(gpu, f32_activations);
     let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
     assert_eq!(m.gpu().is_some(), gpu, "{}", m.device_name());
     Arc::new(m)
