@@ -67,6 +67,9 @@ pub struct GpuLoadOptions {
     /// Time measured passes with the wall clock even when the adapter has timestamp queries
     /// (tests of the fallback; adapters whose timestamps are unreliable).
     pub no_timestamps: bool,
+    /// Kernel variants not to use on this adapter (failed their start-up selftest or known
+    /// bad): their fallbacks are compiled in their place.
+    pub unusable_kernels: std::collections::HashSet<crate::gpu::KernelKey>,
 }
 
 /// Whether weight `id` is needed on the GPU by the stages `p` puts there.
@@ -105,6 +108,8 @@ pub struct GpuModel {
     /// Whether sessions time measured passes with GPU timestamps (the adapter has
     /// `TIMESTAMP_QUERY` and [`GpuLoadOptions::no_timestamps`] is off).
     pub timestamps: bool,
+    /// What the start-up check found (empty when the model was loaded without one).
+    pub health: crate::gpu::health::HealthReport,
 }
 
 impl GpuModel {
@@ -115,7 +120,11 @@ impl GpuModel {
         cfg: &Config,
         opts: &GpuLoadOptions,
     ) -> Result<GpuModel> {
-        let kernels = Kernels::new(&ctx)?;
+        let kernels = Kernels::with_health(
+            &ctx,
+            crate::gpu::startup::kernel_options(&ctx),
+            &opts.unusable_kernels,
+        )?;
         let limit = opts
             .max_binding_bytes
             .unwrap_or(u64::MAX)
@@ -200,6 +209,7 @@ impl GpuModel {
             warnings,
             f32_activations: opts.f32_activations,
             timestamps,
+            health: Default::default(),
         })
     }
 
@@ -247,6 +257,16 @@ impl GpuModel {
 /// The format a matrix of ggml type `ty` takes on the GPU and its bytes in that format: the
 /// mmap's bytes when a kernel decodes `ty`, else a conversion (to Q8_0, or F32 when a row is
 /// not whole Q8_0 blocks) with the warning to show.
+/// The format a weight of GGML type `ty` with rows of `cols` has on the GPU: its own when a
+/// kernel decodes it, else what [`gpu_format`] converts it to.
+pub fn gpu_weight_format(ty: GgmlType, cols: usize) -> WeightFormat {
+    WeightFormat::from_ggml(ty).unwrap_or(if cols.is_multiple_of(32) {
+        WeightFormat::Q8_0
+    } else {
+        WeightFormat::F32
+    })
+}
+
 pub fn gpu_format<'a>(
     ty: GgmlType,
     name: &str,
@@ -264,11 +284,7 @@ pub fn gpu_format<'a>(
     // No kernel decodes this format: convert once, at load.
     let f = kernels_ref::dequantize_vec(ty, data, rows * cols)
         .map_err(|e| tensor_err(e.to_string()))?;
-    let to = if cols.is_multiple_of(32) {
-        WeightFormat::Q8_0
-    } else {
-        WeightFormat::F32
-    };
+    let to = gpu_weight_format(ty, cols);
     let owned = kernels_ref::quantize(to.ggml(), &f).map_err(|e| tensor_err(e.to_string()))?;
     let warning = format!(
         "{name}: {} has no GPU kernel; converted to {} at load",
