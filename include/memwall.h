@@ -68,6 +68,9 @@ typedef struct memwall_config {
                                 * (MEMWALL_STOP_CONTEXT_FULL) and a prompt over it is refused
                                 * (MEMWALL_ERR_CONTEXT_FULL); 0 = shift: drop the oldest half
                                 * of the tokens and go on */
+    const char *cache_dir;   /* GPU start-up caches (selftest record, pipeline cache);
+                              * NULL = $MEMWALL_CACHE_DIR, else $XDG_CACHE_HOME/memwall,
+                              * else ~/.cache/memwall */
 } memwall_config;
 
 /* One message of a conversation. */

@@ -80,6 +80,8 @@ pub struct LoadOptions {
     pub cache_type_k: Option<KvType>,
     /// `--cache-type-v`: the values' KV cache type (`None` as for `cache_type_k`).
     pub cache_type_v: Option<KvType>,
+    /// The start-up selftest of a GPU (cache directory, test hooks, known-bad entries).
+    pub health: crate::gpu::HealthOptions,
 }
 
 /// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default on the CPU
@@ -360,13 +362,26 @@ fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
     type Loaded = (Arc<GpuModel>, PhasePlacement, Option<Fallback>);
     let load = |sel: &DeviceSelector| -> Result<Loaded> {
         let (placement, resident) = initial_placement(gguf, cfg, opts)?;
-        let ctx = GpuContext::new(sel)?;
+        let mut ctx = GpuContext::new(sel)?;
+        if let Some(dir) = opts.health.dir() {
+            ctx.open_pipeline_cache(&dir);
+        }
+        // The first use of an adapter: the variants the model needs are checked (or their
+        // record read); stages with no working variant of something stay on the CPU.
+        let (health, capable) = crate::gpu::startup::check_model(&ctx, gguf, cfg, &opts.health)?;
+        let placement = crate::gpu::startup::restrict(&placement, &capable);
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,
-            resident: Some(resident),
+            resident: Some(crate::gpu::startup::restrict(&resident, &capable)),
+            unusable_kernels: health.unusable,
             ..opts.gpu.clone()
         };
-        let g = GpuModel::load(ctx, gguf, cfg, &gopts)?;
+        let mut g = GpuModel::load(ctx, gguf, cfg, &gopts)?;
+        g.ctx.save_pipeline_cache();
+        g.health = health.report;
+        g.health.pipeline_cache = g.ctx.pipeline_cache.as_ref().map(|c| c.path.clone());
+        g.health.pipeline_cache_loaded_bytes =
+            g.ctx.pipeline_cache.as_ref().map_or(0, |c| c.loaded_bytes);
         let Some(why) = g.upload_failure.clone() else {
             return Ok((Arc::new(g), PhasePlacement::same(placement), None));
         };

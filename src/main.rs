@@ -944,6 +944,11 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "ms": c.ms,
             });
         }
+        if let Some(g) = model.gpu() {
+            // The start-up check: variants tested in this load, the record and pipeline
+            // cache used (README "Start-up").
+            obj["gpu_startup"] = serde_json::to_value(&g.health).unwrap_or_default();
+        }
         if let Some(r) = session.exec().policy_report() {
             obj["policy"] = serde_json::to_value(r).unwrap_or_default();
         }

@@ -43,6 +43,10 @@ pub struct memwall_config {
     /// over it is refused (MEMWALL_ERR_CONTEXT_FULL); 0 (default): the context shifts (the
     /// oldest half of the tokens is dropped) and the generation goes on.
     pub ctx_overflow_stop: i32,
+    /// Directory of the GPU start-up caches (selftest record, driver pipeline cache); NULL:
+    /// `$MEMWALL_CACHE_DIR`, else `$XDG_CACHE_HOME/memwall`, else `~/.cache/memwall`. Apps
+    /// pass their own cache directory (Android: `getCacheDir()`).
+    pub cache_dir: *const c_char,
 }
 
 /// A loaded model and the sampling its sessions start with.
@@ -112,6 +116,7 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
         cache_type_k: std::ptr::null(),
         cache_type_v: std::ptr::null(),
         ctx_overflow_stop: 0,
+        cache_dir: std::ptr::null(),
     }
 }
 
@@ -119,7 +124,8 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
 ///
 /// # Safety
 /// `path` is a NUL-terminated string; `config` is NULL or points to a `memwall_config`
-/// whose `device`, `cache_type_k` and `cache_type_v` are NULL or NUL-terminated strings.
+/// whose `device`, `cache_type_k`, `cache_type_v` and `cache_dir` are NULL or NUL-terminated
+/// strings.
 #[no_mangle]
 pub unsafe extern "C" fn memwall_model_load(
     path: *const c_char,
@@ -155,6 +161,10 @@ pub unsafe extern "C" fn memwall_model_load(
                 // SAFETY: non-NULL, NUL-terminated by the contract.
                 let v = unsafe { c_str(c.cache_type_v, "config.cache_type_v") }?;
                 cfg.options_mut().cache_type_v = Some(v.parse::<KvType>()?);
+            }
+            if !c.cache_dir.is_null() {
+                // SAFETY: non-NULL, NUL-terminated by the contract.
+                cfg = cfg.cache_dir(unsafe { c_str(c.cache_dir, "config.cache_dir") }?);
             }
             let sampler = sampler_of(&c);
             sampler.validate()?;

@@ -76,6 +76,14 @@ impl ModelConfig {
         self
     }
 
+    /// Where the GPU start-up caches live (the selftest record and the driver pipeline
+    /// cache); default `$MEMWALL_CACHE_DIR`, else `$XDG_CACHE_HOME/memwall`, else
+    /// `~/.cache/memwall`. Apps point it at their own cache directory.
+    pub fn cache_dir(mut self, dir: impl AsRef<Path>) -> Self {
+        self.opts.health.cache_dir = Some(dir.as_ref().to_path_buf());
+        self
+    }
+
     /// CPU worker threads (default: every core).
     pub fn threads(mut self, n: usize) -> Self {
         self.opts.threads = Some(n);

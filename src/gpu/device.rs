@@ -17,6 +17,9 @@ pub struct AdapterInfoRow {
     pub index: usize,
     pub backend: String,
     pub name: String,
+    /// PCI vendor and device ids (0 where the backend has none).
+    pub vendor: u32,
+    pub device: u32,
     pub device_type: String,
     pub driver: String,
     pub driver_info: String,
@@ -63,7 +66,11 @@ impl DeviceSelector {
 
 /// Optional features memwall uses when the adapter has them.
 pub fn wanted_features() -> wgpu::Features {
-    wgpu::Features::SHADER_F16 | wgpu::Features::SUBGROUP | wgpu::Features::TIMESTAMP_QUERY
+    wgpu::Features::SHADER_F16
+        | wgpu::Features::SUBGROUP
+        | wgpu::Features::TIMESTAMP_QUERY
+        // Driver pipeline caches (Vulkan): compiled kernels kept on disk between runs.
+        | wgpu::Features::PIPELINE_CACHE
 }
 
 /// An instance on every backend (wgpu's default), or on `WGPU_BACKEND`'s; instance flags such
@@ -88,6 +95,8 @@ fn row(index: usize, adapter: &wgpu::Adapter) -> AdapterInfoRow {
         index,
         backend: format!("{:?}", info.backend),
         name: info.name,
+        vendor: info.vendor,
+        device: info.device,
         device_type: format!("{:?}", info.device_type),
         driver: info.driver,
         driver_info: info.driver_info,
@@ -122,6 +131,11 @@ pub struct GpuContext {
     /// The adapter's limits, requested in full.
     pub limits: wgpu::Limits,
     pub info: AdapterInfoRow,
+    /// wgpu's name for this adapter's pipeline cache (`None` where the backend has none).
+    pub pipeline_cache_key: Option<String>,
+    /// The on-disk pipeline cache kernels compile through, once opened
+    /// ([`GpuContext::open_pipeline_cache`]).
+    pub pipeline_cache: Option<crate::gpu::pipelines::DiskPipelineCache>,
     /// Errors no error scope caught (from the `on_uncaptured_error` handler).
     uncaptured: Arc<Mutex<Vec<String>>>,
     /// Why the device was lost, once it was (set by wgpu's device-lost callback, or by an
@@ -206,6 +220,7 @@ impl GpuContext {
         let inst = instance();
         let (index, adapter) = pick(&inst, selector)?;
         let info = row(index, &adapter);
+        let pipeline_cache_key = wgpu::util::pipeline_cache_key(&adapter.get_info());
         let features = adapter.features() & wanted_features();
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
@@ -243,10 +258,25 @@ impl GpuContext {
             features,
             limits,
             info,
+            pipeline_cache_key,
+            pipeline_cache: None,
             uncaptured,
             lost,
             faults: Arc::new(GpuFaults::default()),
         })
+    }
+
+    /// Compiles kernels through the pipeline cache file in `dir` from now on (nothing where
+    /// the backend has no pipeline cache). Lazy like the rest: only a model load calls it.
+    pub fn open_pipeline_cache(&mut self, dir: &std::path::Path) {
+        self.pipeline_cache = crate::gpu::pipelines::DiskPipelineCache::open(self, dir);
+    }
+
+    /// Saves the pipeline cache (after the kernels are compiled), if one is open.
+    pub fn save_pipeline_cache(&self) {
+        if let Some(c) = &self.pipeline_cache {
+            c.save();
+        }
     }
 
     pub fn has_subgroups(&self) -> bool {

@@ -4,18 +4,20 @@
 //! [`Dispatch`] (bind group, uniform parameters, workgroup counts) and then only encoded, so
 //! nothing is created in a token loop.
 
-use std::borrow::Cow;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
 use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
+use crate::gpu::pipelines::compile;
+pub use crate::gpu::pipelines::reflect_bindings;
 use crate::gpu::repack::PackedMatrix;
 use crate::gpu::shaders::{
     KernelKey, MatvecParams, RmsNormParams, WeightFormat, MAX_WORKGROUP_SIZE, QK,
 };
+use crate::gpu::{selftest, variants};
 
 /// Workgroup size used for every kernel when the device allows it (`override WG`).
 pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
@@ -76,6 +78,10 @@ pub struct Kernels {
     /// workgroup-reduction `Matvec`: chosen for CPU-like adapters (lavapipe runs a 64-wide
     /// workgroup as 8 SIMD passes and pays dearly for every barrier). Tests set it either way.
     pub matvec_rows: bool,
+    /// (requested, compiled) for every key compiled from a fallback variant.
+    pub substitutions: Vec<(KernelKey, KernelKey)>,
+    /// Keys these options choose that have no usable variant (not compiled).
+    pub unavailable: Vec<KernelKey>,
 }
 
 /// One prepared kernel launch: encode it into any compute pass, as often as needed.
@@ -280,55 +286,6 @@ pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f3
     Ok(out)
 }
 
-/// The bind group 0 layout of a composed kernel, reflected from its WGSL with naga: each
-/// `var<storage>` as read-only or read-write as declared, the one `var<uniform>` with a dynamic
-/// offset. Anything else (another group, a texture, a second uniform) is a registry bug,
-/// reported as an error naming the kernel.
-pub fn reflect_bindings(label: &str, src: &str) -> Result<Vec<wgpu::BindGroupLayoutEntry>> {
-    let module = naga::front::wgsl::parse_str(src)
-        .map_err(|e| Error::Gpu(format!("kernel {label}: {}", e.emit_to_string(src))))?;
-    let mut entries = Vec::new();
-    let mut uniforms = 0;
-    for (_, var) in module.global_variables.iter() {
-        let Some(rb) = &var.binding else { continue };
-        let bad =
-            |what: &str| Error::Gpu(format!("kernel {label}: binding {}: {what}", rb.binding));
-        if rb.group != 0 {
-            return Err(bad("only bind group 0 is used"));
-        }
-        let (ty, dynamic) = match var.space {
-            naga::AddressSpace::Uniform => {
-                uniforms += 1;
-                (wgpu::BufferBindingType::Uniform, true)
-            }
-            naga::AddressSpace::Storage { access } => (
-                wgpu::BufferBindingType::Storage {
-                    read_only: !access.contains(naga::StorageAccess::STORE),
-                },
-                false,
-            ),
-            _ => return Err(bad("not a buffer")),
-        };
-        entries.push(wgpu::BindGroupLayoutEntry {
-            binding: rb.binding,
-            visibility: wgpu::ShaderStages::COMPUTE,
-            ty: wgpu::BindingType::Buffer {
-                ty,
-                has_dynamic_offset: dynamic,
-                min_binding_size: None,
-            },
-            count: None,
-        });
-    }
-    if uniforms != 1 {
-        return Err(Error::Gpu(format!(
-            "kernel {label}: {uniforms} uniform bindings (the convention is exactly one)"
-        )));
-    }
-    entries.sort_by_key(|e| e.binding);
-    Ok(entries)
-}
-
 /// Workgroup counts (x, y) covering `total` workgroups with at most `max` per dimension; the
 /// shaders skip the up to x - 1 surplus workgroups of the last line.
 pub fn grid(total: u32, max: u32) -> Result<(u32, u32)> {
@@ -367,6 +324,20 @@ impl Kernels {
 
     /// As [`Kernels::new`], choosing every variant explicitly.
     pub fn with_config(ctx: &GpuContext, opts: KernelOptions) -> Result<Kernels> {
+        Kernels::with_health(ctx, opts, &HashSet::new())
+    }
+
+    /// As [`Kernels::with_config`], never using a variant in `unusable` (one that failed its
+    /// selftest on this adapter, or is known bad on its driver): each key `opts` chooses is
+    /// compiled from the first usable variant of its [`variants::fallbacks`] chain, under the
+    /// key itself, so launch planning stays unaware. A key with no usable variant is not
+    /// compiled (launching it is an error): [`Kernels::unavailable`] lists them, and the
+    /// caller keeps the stages that need them off this adapter.
+    pub fn with_health(
+        ctx: &GpuContext,
+        opts: KernelOptions,
+        unusable: &HashSet<KernelKey>,
+    ) -> Result<Kernels> {
         let KernelOptions { subgroup, f16 } = opts;
         if subgroup && !ctx.has_subgroups() {
             return Err(Error::Gpu(format!(
@@ -389,68 +360,33 @@ impl Kernels {
             .max(1);
         let workgroup_size = 1u32 << (31 - cap.leading_zeros());
         let mut pipelines = HashMap::new();
+        let mut compiled: HashMap<KernelKey, Pipeline> = HashMap::new();
+        let mut substitutions = Vec::new();
+        let mut unavailable = Vec::new();
+        let usable = |k: &KernelKey| {
+            selftest::runnable(ctx, k)
+                && !unusable.contains(k)
+                && variants::partner(*k).is_none_or(|p| !unusable.contains(&p))
+        };
         for key in KernelKey::all() {
             if !opts.compiles(&key) {
                 continue;
             }
-            let label = key.label();
-            let mut constants = vec![("WG", f64::from(workgroup_size))];
-            if matches!(
-                key,
-                KernelKey::Matvec { .. }
-                    | KernelKey::MatvecQ8 { .. }
-                    | KernelKey::MatvecQ8Out { .. }
-            ) {
-                constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
+            let Some(actual) = variants::fallbacks(key).into_iter().find(|k| usable(k)) else {
+                unavailable.push(key);
+                continue;
+            };
+            if actual != key {
+                substitutions.push((key, actual));
             }
-            let src = key.source();
-            let entries = reflect_bindings(&label, &src)?;
-            if matches!(
-                key,
-                KernelKey::AttentionSplit { .. } | KernelKey::AttentionCombine { .. }
-            ) {
-                constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
-            }
-            if matches!(key, KernelKey::Matmul { .. }) {
-                let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
-                constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);
-            }
-            let pipeline = ctx.scoped(&format!("compile {label}"), || {
-                let layout =
-                    ctx.device
-                        .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                            label: Some(&label),
-                            entries: &entries,
-                        });
-                let pipeline_layout =
-                    ctx.device
-                        .create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-                            label: Some(&label),
-                            bind_group_layouts: &[Some(&layout)],
-                            immediate_size: 0,
-                        });
-                let module = ctx
-                    .device
-                    .create_shader_module(wgpu::ShaderModuleDescriptor {
-                        label: Some(&label),
-                        source: wgpu::ShaderSource::Wgsl(Cow::Owned(src.clone())),
-                    });
-                let pipeline =
-                    ctx.device
-                        .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                            label: Some(&label),
-                            layout: Some(&pipeline_layout),
-                            module: &module,
-                            entry_point: Some("main"),
-                            compilation_options: wgpu::PipelineCompilationOptions {
-                                constants: &constants,
-                                // Every kernel writes its workgroup memory before reading it.
-                                zero_initialize_workgroup_memory: false,
-                            },
-                            cache: None,
-                        });
-                Ok(Pipeline { pipeline, layout })
-            })?;
+            let pipeline = match compiled.get(&actual) {
+                Some(p) => p.clone(),
+                None => {
+                    let p = compile(ctx, actual, workgroup_size)?;
+                    compiled.insert(actual, p.clone());
+                    p
+                }
+            };
             pipelines.insert(key, pipeline);
         }
         Ok(Kernels {
@@ -460,6 +396,8 @@ impl Kernels {
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
             matvec_rows: ctx.info.device_type == "Cpu",
+            substitutions,
+            unavailable,
         })
     }
 

@@ -16,6 +16,10 @@
 //!   token loop.
 //! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
 //! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
+//! - [`health`], [`startup`], [`known_bad`], [`variants`]: the start-up selftest of the
+//!   variants a model needs, kept per adapter on disk; failed or known-bad variants replaced
+//!   by their fallbacks, stages without any working variant kept on the CPU.
+//! - [`pipelines`]: pipeline creation (reflected layouts, the on-disk pipeline cache).
 //! - [`probe`]: the memory bandwidth probe `memwall bench` measures the floor with.
 //! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
 
@@ -24,24 +28,31 @@ pub mod backend;
 pub mod device;
 #[doc(hidden)]
 pub mod faults;
+pub mod health;
 pub mod kernels;
+pub mod known_bad;
 pub mod matmul;
 pub mod ops;
+pub mod pipelines;
 pub mod probe;
 pub mod q8act;
 pub mod recorder;
 pub mod repack;
 pub mod selftest;
 pub mod shaders;
+pub mod startup;
 pub mod stream;
 pub mod timing;
+pub mod variants;
 pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
 #[doc(hidden)]
 pub use faults::GpuFaults;
+pub use health::{HealthOptions, HealthReport};
 pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
+pub use known_bad::KnownBad;
 pub use repack::{repack, PackedMatrix};
 pub use shaders::{KernelKey, WeightFormat};
 pub use weights::{needed_on_gpu, GpuLoadOptions, GpuModel};

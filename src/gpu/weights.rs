@@ -70,6 +70,9 @@ pub struct GpuLoadOptions {
     /// Fault injection for the failover tests, installed on the context before the upload.
     #[doc(hidden)]
     pub faults: Option<std::sync::Arc<crate::gpu::faults::GpuFaults>>,
+    /// Kernel variants not to use on this adapter (failed their start-up selftest or known
+    /// bad): their fallbacks are compiled in their place.
+    pub unusable_kernels: std::collections::HashSet<crate::gpu::KernelKey>,
 }
 
 /// Whether weight `id` is needed on the GPU by the stages `p` puts there.
@@ -111,6 +114,8 @@ pub struct GpuModel {
     /// The upload that ran out of memory, when one did: the weights from it on are not here
     /// (a block is all here or not at all), and the stages needing them run on the CPU.
     pub upload_failure: Option<String>,
+    /// What the start-up check found (empty when the model was loaded without one).
+    pub health: crate::gpu::health::HealthReport,
 }
 
 /// The weights uploaded so far by [`GpuModel::load`].
@@ -200,7 +205,11 @@ impl GpuModel {
         if let Some(f) = &opts.faults {
             ctx.set_faults(f.clone());
         }
-        let kernels = Kernels::new(&ctx)?;
+        let kernels = Kernels::with_health(
+            &ctx,
+            crate::gpu::startup::kernel_options(&ctx),
+            &opts.unusable_kernels,
+        )?;
         let limit = opts
             .max_binding_bytes
             .unwrap_or(u64::MAX)
@@ -270,6 +279,7 @@ impl GpuModel {
             f32_activations: opts.f32_activations,
             timestamps,
             upload_failure,
+            health: Default::default(),
         })
     }
 
@@ -317,6 +327,16 @@ impl GpuModel {
 /// The format a matrix of ggml type `ty` takes on the GPU and its bytes in that format: the
 /// mmap's bytes when a kernel decodes `ty`, else a conversion (to Q8_0, or F32 when a row is
 /// not whole Q8_0 blocks) with the warning to show.
+/// The format a weight of GGML type `ty` with rows of `cols` has on the GPU: its own when a
+/// kernel decodes it, else what [`gpu_format`] converts it to.
+pub fn gpu_weight_format(ty: GgmlType, cols: usize) -> WeightFormat {
+    WeightFormat::from_ggml(ty).unwrap_or(if cols.is_multiple_of(32) {
+        WeightFormat::Q8_0
+    } else {
+        WeightFormat::F32
+    })
+}
+
 pub fn gpu_format<'a>(
     ty: GgmlType,
     name: &str,
@@ -334,11 +354,7 @@ pub fn gpu_format<'a>(
     // No kernel decodes this format: convert once, at load.
     let f = kernels_ref::dequantize_vec(ty, data, rows * cols)
         .map_err(|e| tensor_err(e.to_string()))?;
-    let to = if cols.is_multiple_of(32) {
-        WeightFormat::Q8_0
-    } else {
-        WeightFormat::F32
-    };
+    let to = gpu_weight_format(ty, cols);
     let owned = kernels_ref::quantize(to.ggml(), &f).map_err(|e| tensor_err(e.to_string()))?;
     let warning = format!(
         "{name}: {} has no GPU kernel; converted to {} at load",

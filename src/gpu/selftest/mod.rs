@@ -328,18 +328,28 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
     }
 }
 
-/// Checks every kernel variant `ctx` can run against kernels-ref, one row per variant (in
-/// [`KernelKey::all`]'s order). A kernel that computes wrong values gives a failing row; a
-/// GPU error (compilation, validation, device loss) is an `Err` naming the kernel.
-pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
-    let mut sets: HashMap<KernelOptions, Kernels> = HashMap::new();
-    let mut rows = Vec::new();
-    for key in runnable_keys(ctx) {
-        let opts = options(&key);
-        let ks = match sets.entry(opts) {
+/// Runs single variants' checks, compiling each [`KernelOptions`] set once, when first needed.
+pub struct Runner<'c> {
+    ctx: &'c GpuContext,
+    sets: HashMap<KernelOptions, Kernels>,
+}
+
+impl<'c> Runner<'c> {
+    pub fn new(ctx: &'c GpuContext) -> Runner<'c> {
+        Runner {
+            ctx,
+            sets: HashMap::new(),
+        }
+    }
+
+    /// `key`'s row. A GPU error (compilation, validation, device loss) is an `Err` naming the
+    /// kernel.
+    pub fn check(&mut self, key: KernelKey) -> Result<SelftestRow> {
+        let ctx = self.ctx;
+        let ks = match self.sets.entry(options(&key)) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Kernels::with_config(ctx, opts)?)
+                e.insert(Kernels::with_config(ctx, options(&key))?)
             }
         };
         let (max_groups, row_layout) = (ks.max_groups_per_dim, ks.matvec_rows);
@@ -349,9 +359,19 @@ pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
         ks.max_groups_per_dim = max_groups;
         ks.matvec_rows = row_layout;
         let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
-        rows.push(w.row(&key));
+        Ok(w.row(&key))
     }
-    Ok(rows)
+}
+
+/// Checks every kernel variant `ctx` can run against kernels-ref, one row per variant (in
+/// [`KernelKey::all`]'s order). A kernel that computes wrong values gives a failing row; a
+/// GPU error (compilation, validation, device loss) is an `Err` naming the kernel.
+pub fn run_selftest(ctx: &GpuContext) -> Result<Vec<SelftestRow>> {
+    let mut runner = Runner::new(ctx);
+    runnable_keys(ctx)
+        .into_iter()
+        .map(|key| runner.check(key))
+        .collect()
 }
 
 /// `rows` as the table `memwall selftest` prints.

@@ -1,0 +1,187 @@
+//! The start-up check of a model load on a GPU: which kernel variants the model's weight
+//! formats need, their health ([`crate::gpu::health`]), and which stages must stay on the CPU
+//! because an operation they need has no usable variant on this adapter.
+
+use std::collections::HashSet;
+
+use crate::config::Config;
+use crate::error::Result;
+use crate::gguf::Gguf;
+use crate::gpu::device::GpuContext;
+use crate::gpu::health::{self, Health, HealthOptions};
+use crate::gpu::shaders::{KernelKey, WeightFormat};
+use crate::gpu::weights::gpu_weight_format;
+use crate::gpu::{variants, KernelOptions};
+use crate::scheduler::{Device, Placement};
+
+/// The weight formats each stage decodes on the GPU (after any load-time conversion).
+#[derive(Debug, Clone, Default)]
+pub struct StageFormats {
+    pub embed: HashSet<WeightFormat>,
+    pub layers: Vec<HashSet<WeightFormat>>,
+    pub head: HashSet<WeightFormat>,
+}
+
+impl StageFormats {
+    pub fn of(gguf: &Gguf, cfg: &Config) -> Result<StageFormats> {
+        let mut f = StageFormats {
+            layers: vec![HashSet::new(); cfg.n_layer],
+            ..StageFormats::default()
+        };
+        for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
+            if dims.len() < 2 {
+                continue;
+            }
+            let t = gguf.require_tensor(&id.tensor_name())?;
+            let ty = gpu_weight_format(t.ty, dims[0]);
+            match id {
+                crate::backend::WeightId::TokEmbd => {
+                    f.embed.insert(ty);
+                    if cfg.tied_embeddings {
+                        f.head.insert(ty);
+                    }
+                }
+                crate::backend::WeightId::Output => {
+                    f.head.insert(ty);
+                }
+                other => {
+                    if let Some(set) = other.layer_index().and_then(|l| f.layers.get_mut(l)) {
+                        set.insert(ty);
+                    }
+                }
+            }
+        }
+        Ok(f)
+    }
+
+    fn all(&self) -> HashSet<WeightFormat> {
+        let mut all = self.embed.clone();
+        all.extend(self.head.iter().copied());
+        for l in &self.layers {
+            all.extend(l.iter().copied());
+        }
+        all
+    }
+}
+
+/// The kernel choice a model load makes on `ctx`: every reduction through subgroups where the
+/// device has them; the u32-packed weight decoding (see [`crate::gpu::Kernels::new`]).
+pub fn kernel_options(ctx: &GpuContext) -> KernelOptions {
+    KernelOptions {
+        subgroup: ctx.has_subgroups(),
+        f16: false,
+    }
+}
+
+/// Whether a stage decoding `formats` (the embedding stage when `embed`) needs `key`.
+fn stage_needs(key: &KernelKey, formats: &HashSet<WeightFormat>, embed: bool) -> bool {
+    let lookup = matches!(key, KernelKey::Embedding { .. });
+    match variants::weight_format(key) {
+        Some(ty) => lookup == embed && formats.contains(&ty),
+        // Norms, attention, activations: every block and the head; the lookup needs none.
+        None => !embed,
+    }
+}
+
+/// The stages that cannot run on `ctx` because `unavailable` keys they need have no usable
+/// variant: `Device::Cpu` for those, `Device::Gpu` for the others.
+pub fn gpu_capable(formats: &StageFormats, unavailable: &[KernelKey]) -> Placement {
+    let ok = |set: &HashSet<WeightFormat>, embed: bool| {
+        if unavailable.iter().any(|k| stage_needs(k, set, embed)) {
+            Device::Cpu
+        } else {
+            Device::Gpu
+        }
+    };
+    Placement {
+        embed: ok(&formats.embed, true),
+        layers: formats.layers.iter().map(|s| ok(s, false)).collect(),
+        head: ok(&formats.head, false),
+    }
+}
+
+/// `p` with every stage `capable` puts on the CPU moved there.
+pub fn restrict(p: &Placement, capable: &Placement) -> Placement {
+    let pick = |d: Device, c: Device| if c == Device::Cpu { Device::Cpu } else { d };
+    Placement {
+        embed: pick(p.embed, capable.embed),
+        layers: p
+            .layers
+            .iter()
+            .zip(capable.layers.iter().chain(std::iter::repeat(&Device::Gpu)))
+            .map(|(&d, &c)| pick(d, c))
+            .collect(),
+        head: pick(p.head, capable.head),
+    }
+}
+
+/// Runs (or reads from the record) the health check of the variants `gguf`'s model needs on
+/// `ctx`; returns it with the stages able to run on the GPU. A note per stage group moved to
+/// the CPU is added to the report.
+pub fn check_model(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    cfg: &Config,
+    opts: &HealthOptions,
+) -> Result<(Health, Placement)> {
+    let formats = StageFormats::of(gguf, cfg)?;
+    let needed = health::needed_keys(kernel_options(ctx), &formats.all());
+    let mut h = health::check(ctx, &needed, opts)?;
+    let capable = gpu_capable(&formats, &h.unavailable);
+    let cpu_layers = capable.layers.iter().filter(|&&d| d == Device::Cpu).count();
+    if !h.unavailable.is_empty() {
+        let keys: Vec<String> = h.unavailable.iter().map(KernelKey::label).collect();
+        let note = format!(
+            "no working GPU variant of {} on {}: {cpu_layers} of {} blocks{}{} run on the CPU",
+            keys.join(", "),
+            ctx.info.name,
+            cfg.n_layer,
+            if capable.embed == Device::Cpu {
+                ", the embedding"
+            } else {
+                ""
+            },
+            if capable.head == Device::Cpu {
+                ", the head"
+            } else {
+                ""
+            },
+        );
+        log::warn!("{note}");
+        h.report.notes.push(note);
+    }
+    Ok((h, capable))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_unavailable_format_moves_only_its_stages() {
+        let set = |v: &[WeightFormat]| v.iter().copied().collect::<HashSet<_>>();
+        let f = StageFormats {
+            embed: set(&[WeightFormat::Q8_0]),
+            layers: vec![set(&[WeightFormat::Q4_1]), set(&[WeightFormat::Q8_0])],
+            head: set(&[WeightFormat::Q8_0]),
+        };
+        let q41 = [KernelKey::MatvecRows {
+            ty: WeightFormat::Q4_1,
+        }];
+        let p = gpu_capable(&f, &q41);
+        assert_eq!(p.layers, vec![Device::Cpu, Device::Gpu]);
+        assert_eq!((p.embed, p.head), (Device::Gpu, Device::Gpu));
+        let attn = [KernelKey::AttentionPrefill];
+        let p = gpu_capable(&f, &attn);
+        assert_eq!(p.layers, vec![Device::Cpu, Device::Cpu]);
+        assert_eq!((p.embed, p.head), (Device::Gpu, Device::Cpu));
+        let lookup = [KernelKey::Embedding {
+            ty: WeightFormat::Q8_0,
+            f16: false,
+        }];
+        let p = gpu_capable(&f, &lookup);
+        assert_eq!((p.embed, p.head), (Device::Cpu, Device::Gpu));
+        let moved = restrict(&Placement::all(Device::Gpu, 2), &p);
+        assert_eq!(moved.embed, Device::Cpu);
+    }
+}
