@@ -42,6 +42,25 @@ struct MatvecQ8Params {
 // matvec_q8_out/*.wgsl fragment: plain store, accumulate or split by rows.
 @group(0) @binding(5) var<uniform> P: MatvecQ8Params;
 
+// Row `wrow` of the weights (chunk decode as in the batched loop) dotted with token 0 of qx/qd:
+// the same integer chunk sums and f32 operation order as the batched loop, so a decode step's
+// result does not depend on which path ran.
+fn row_dot1(wrow: u32) -> f32 {
+    var acc = 0.0;
+    for (var b = 0u; b < P.blocks_per_row; b++) {
+        let ch = dq_chunk(wrow, b, P.cols);
+        var s0 = 0;
+        var s1 = 0;
+        for (var k = 0u; k < 4u; k++) {
+            s0 += dot_i8x4(ch.u[k], qx[b * 8u + k]);
+            s1 += dot_i8x4(ch.u[k + 4u], qx[b * 8u + 4u + k]);
+        }
+        let xd = qd[b];
+        acc += ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y + ch.c.y * xd.z;
+    }
+    return acc;
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -50,6 +69,14 @@ fn main(
     let group = wid.x + wid.y * P.groups_x;
     let row = group * WG + lid;
     if (group >= P.row_groups || row >= P.rows) {
+        return;
+    }
+    // Decode (one token): a scalar accumulator. The batched loop below keeps `acc` in a
+    // dynamically indexed private array, which llvmpipe (lavapipe) places in scratch memory
+    // and reads and writes per SIMD lane on every chunk; this path measured ~1.4-1.7x faster
+    // there (docs/PERFLOG.md, 2026-12-01). `P.n_tokens` is uniform, so no lane diverges.
+    if (P.n_tokens == 1u) {
+        store_y(0u, row, row_dot1(P.w_row0 + row));
         return;
     }
     let n = min(P.n_tokens, MAX_TOKENS);
