@@ -79,11 +79,10 @@ pub struct LoadOptions {
     pub cache_type_v: Option<KvType>,
 }
 
-/// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default on the CPU
-/// and f32 when a GPU is open. A chosen quantized type with a GPU is refused when the GPU's
-/// backend starts (`Exec`).
-fn resolve_kv_types(opts: &LoadOptions, gpu_open: bool, head_dim: usize) -> Result<KvTypes> {
-    let default = if gpu_open { KvType::F32 } else { KvType::F16 };
+/// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default (on the
+/// CPU and the GPU alike: both hold the same bytes, so layers move between them losslessly).
+fn resolve_kv_types(opts: &LoadOptions, head_dim: usize) -> Result<KvTypes> {
+    let default = KvType::F16;
     let t = KvTypes {
         k: opts.cache_type_k.unwrap_or(default),
         v: opts.cache_type_v.unwrap_or(default),
@@ -157,7 +156,7 @@ impl Model {
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
         let (gpu, device_note, placement) = open_gpu(&gguf, &config, opts)?;
-        let kv_types = resolve_kv_types(opts, gpu.is_some(), config.head_dim)?;
+        let kv_types = resolve_kv_types(opts, config.head_dim)?;
         let managed_residency = match (&gpu, managed(opts), opts.gpu_mem_budget) {
             (Some(_), true, Some(budget)) => {
                 let fit = initial_placement(
@@ -300,7 +299,7 @@ fn initial_placement(
             } else {
                 opts.n_ctx
             };
-            let kv_bits = resolve_kv_types(opts, true, cfg.head_dim)?.mean_bits();
+            let kv_bits = resolve_kv_types(opts, cfg.head_dim)?.mean_bits();
             let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream, kv_bits)?;
             if opts.stream {
                 // Blocks stream; the embedding and head run where their weights are.

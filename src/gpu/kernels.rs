@@ -410,6 +410,7 @@ impl Kernels {
             ) {
                 constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
             }
+            constants.extend(key.kv_constants());
             if matches!(key, KernelKey::Matmul { .. }) {
                 let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
                 constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use memwall::bench::synth::{write_synth, Preset, SynthOptions};
 use memwall::engine::{DeviceChoice, Generation, LoadOptions, Model, Session};
 use memwall::gpu::DeviceSelector;
+use memwall::kv_type::KvTypes;
 use memwall::sampler::{Sampler, SamplerParams};
 use memwall::GgmlType;
 
@@ -54,21 +55,30 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     path
 }
 
-/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
+/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter, with f32 KV
+/// caches: the CPU's f16 default would round the re-rotated keys of a shift a second time, an
+/// error of the cache type, not of the shift.
 pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
+    load_with_kv(path, gpu, f32_activations, KvTypes::F32)
+}
+
+/// As [`load`], with KV caches of types `kv`.
+pub fn load_with_kv(
+    path: &std::path::Path,
+    gpu: bool,
+    f32_activations: bool,
+    kv: KvTypes,
+) -> Arc<Model> {
     let device = if gpu {
         DeviceChoice::Gpu(DeviceSelector::Auto)
     } else {
         DeviceChoice::Cpu
     };
-    // f32 caches on both devices (the GPU's only type so far): the CPU's f16 default would
-    // round the re-rotated keys a second time, an error of the cache type, not of the shift,
-    // and CPU and GPU would hold different caches.
     let opts = LoadOptions {
         device,
         f32_activations,
-        cache_type_k: Some(memwall::kv_type::KvType::F32),
-        cache_type_v: Some(memwall::kv_type::KvType::F32),
+        cache_type_k: Some(kv.k),
+        cache_type_v: Some(kv.v),
         ..Default::default()
     };
     let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
