@@ -72,8 +72,7 @@ pub struct LoadOptions {
     /// Re-decide the placement every N decoded tokens (and at each prompt) from measured
     /// stage times (`scheduler::policy`); `None` keeps it fixed.
     pub resample_every: Option<usize>,
-    /// `--cache-type-k`: the keys' KV cache type; `None`: f16 on the CPU, f32 when a GPU is
-    /// open (its kernels read f32 caches only so far).
+    /// `--cache-type-k`: the keys' KV cache type; `None`: f16.
     pub cache_type_k: Option<KvType>,
     /// `--cache-type-v`: the values' KV cache type (`None` as for `cache_type_k`).
     pub cache_type_v: Option<KvType>,
