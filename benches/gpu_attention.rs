@@ -12,6 +12,7 @@ use std::time::Instant;
 use memwall::gpu::attention::{split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK};
 use memwall::gpu::kernels::{self, upload_f32, Dispatch, Kernels};
 use memwall::gpu::{DeviceSelector, GpuContext};
+use memwall::kv_type::KvTypes;
 
 fn values(seed: &mut u64, n: usize) -> Vec<f32> {
     (0..n)
@@ -44,6 +45,7 @@ fn main() {
         head_dim: 64,
         scale: 0.125,
         n_ctx: 2048,
+        kv: KvTypes::F32,
     };
     let mut seed = 7u64;
     for (n, pos0, paths) in runs {

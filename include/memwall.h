@@ -62,7 +62,7 @@ typedef struct memwall_config {
     float repeat_penalty;    /* 1 = off */
     uint64_t seed;
     const char *cache_type_k; /* KV cache type of keys: "f16", "q8_0", "q4_0", "f32";
-                               * NULL = default (f16 on the CPU, f32 with a GPU) */
+                               * NULL = default (f16) */
     const char *cache_type_v; /* KV cache type of values, as cache_type_k */
     int32_t ctx_overflow_stop; /* nonzero: a full context ends the generation
                                 * (MEMWALL_STOP_CONTEXT_FULL) and a prompt over it is refused

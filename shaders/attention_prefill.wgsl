@@ -1,5 +1,6 @@
 // Prefill attention, tiled and causal with an online softmax (twin of kernels-ref's
-// ops::attention). Standalone module (no reduction). One workgroup per (head, tile of tile_q
+// ops::attention). Composed after kv/read.wgsl (the caches' types, fn kv_vec4: the tiles are
+// decoded as they are staged); no reduction. One workgroup per (head, tile of tile_q
 // query tokens): g = wid.x + wid.y * groups_x = query_tile * n_head + head, so neighbouring
 // workgroups read the same keys. The workgroup walks the key positions in tiles of tile_k,
 // staging each tile's K and then its V in workgroup memory, and stops after the last position
@@ -37,10 +38,10 @@ struct AttentionParams {
 
 // [n_tokens, n_head, head_dim]
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim]
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim]
-@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim] in K_TYPE's layout, as u32 words
+@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
+// [n_ctx, n_head_kv, head_dim] in V_TYPE's layout, as u32 words
+@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 // [n_tokens, n_head, head_dim]
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> P: AttentionParams;
@@ -64,11 +65,7 @@ const F32_MAX: f32 = 3.40282347e38;
 fn load_tile(from_v: bool, kv0: u32, tk: u32, d4: u32, row4: u32, kv_off: u32, lid: u32) {
     for (var i = lid; i < tk * d4; i += WG) {
         let src = (kv0 + i / d4) * row4 + kv_off + i % d4;
-        if (from_v) {
-            kv_sh[i] = v_cache[src];
-        } else {
-            kv_sh[i] = k_cache[src];
-        }
+        kv_sh[i] = kv_vec4(from_v, src * 4u);
     }
 }
 

@@ -4,7 +4,8 @@
 // of exp(score - m) and its unnormalised sum of exp(score - m) * v into `scratch`; the combine
 // pass merges the chunks with log-sum-exp rescaling. Splitting keeps every workgroup short
 // however long the context (GPU watchdogs) and gives a single decode token enough workgroups.
-// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max).
+// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max) and
+// kv/read.wgsl (the caches' types K_TYPE, V_TYPE and fn kv_vec4, decoding in the loops).
 // Group g = wid.x + wid.y * groups_x = (token * n_head + head) * n_chunks + chunk.
 
 struct AttentionParams {
@@ -31,10 +32,10 @@ struct AttentionParams {
 
 // [n_tokens, n_head, head_dim]
 @group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim]
-@group(0) @binding(1) var<storage, read> k_cache: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim]
-@group(0) @binding(2) var<storage, read> v_cache: array<vec4<f32>>;
+// [n_ctx, n_head_kv, head_dim] in K_TYPE's layout, as u32 words
+@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
+// [n_ctx, n_head_kv, head_dim] in V_TYPE's layout, as u32 words
+@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 // [n_tokens, n_head, n_chunks, 1 + head_dim / 4] vec4: (m, sum, 0, 0), then the weighted V
 @group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> P: AttentionParams;
@@ -94,7 +95,7 @@ fn main(
         let kb = (start + j) * row4 + kv_off;
         var s = 0.0;
         for (var i = 0u; i < d4; i++) {
-            s += dot(q_sh[i], k_cache[kb + i]);
+            s += dot(q_sh[i], kv_vec4(false, (kb + i) * 4u));
         }
         p_sh[j] = s;
         m = max(m, s);
@@ -117,7 +118,7 @@ fn main(
         let lane = it % d4;
         var acc = vec4<f32>(0.0);
         for (var j = r; j < len; j += n_groups) {
-            acc += p_sh[j] * v_cache[(start + j) * row4 + kv_off + lane];
+            acc += p_sh[j] * kv_vec4(true, ((start + j) * row4 + kv_off + lane) * 4u);
         }
         part[it] = acc;
     }

@@ -10,6 +10,7 @@
 use crate::config::Config;
 use crate::ctx_shift::KvShift;
 use crate::error::Result;
+use crate::kv_type::KvTypes;
 
 /// A weight tensor of a llama-shaped model, by role and layer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -206,6 +207,22 @@ pub trait Backend {
     /// Fills positions 0..n_pos of layer `layer`'s cache from k, v: [n_pos, n_head_kv *
     /// head_dim], allocating the layer's cache if this backend holds none for it yet.
     fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()>;
+    /// The cache's element types (the layout of [`Backend::read_kv_raw`]).
+    fn kv_types(&self) -> KvTypes;
+    /// Copies positions 0..n_pos of layer `layer`'s cache as stored, in `kv_types()`'s GGUF
+    /// layouts: `kv_types().k.bytes(n_pos * kv_dim)` bytes into k (likewise v). Two backends
+    /// of the same types hold the same bytes, so moving a layer this way is lossless for every
+    /// type (through f32, a quantized cache would be quantized a second time).
+    fn read_kv_raw(
+        &mut self,
+        layer: usize,
+        n_pos: usize,
+        k: &mut Vec<u8>,
+        v: &mut Vec<u8>,
+    ) -> Result<()>;
+    /// Fills positions 0.. of layer `layer`'s cache from bytes in `kv_types()`'s layouts (what
+    /// [`Backend::read_kv_raw`] gives), allocating the cache as `write_kv` does.
+    fn write_kv_raw(&mut self, layer: usize, k: &[u8], v: &[u8]) -> Result<()>;
     /// Context shift of layer `layer`'s cache holding positions 0..s.n_pos: drops positions
     /// s.keep..s.keep+s.discard, moves the later ones down by s.discard and re-rotates their
     /// keys by -s.discard positions with `cfg`'s RoPE. The default goes through the host

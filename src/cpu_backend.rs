@@ -499,6 +499,57 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn kv_types(&self) -> KvTypes {
+        self.kv_types
+    }
+
+    fn read_kv_raw(
+        &mut self,
+        layer: usize,
+        n_pos: usize,
+        k: &mut Vec<u8>,
+        v: &mut Vec<u8>,
+    ) -> Result<()> {
+        let len = n_pos * self.cfg.kv_dim();
+        let cache = self
+            .kv
+            .get(layer)
+            .and_then(|c| c.as_ref())
+            .ok_or_else(|| Error::InvalidArgument(format!("no KV cache for layer {layer}")))?;
+        if n_pos > self.n_ctx {
+            return Err(Error::InvalidArgument(format!(
+                "read of {n_pos} KV positions of layer {layer} (context {})",
+                self.n_ctx
+            )));
+        }
+        let t = self.kv_types;
+        k.clear();
+        k.extend_from_slice(&cache.k[..t.k.bytes(len)]);
+        v.clear();
+        v.extend_from_slice(&cache.v[..t.v.bytes(len)]);
+        Ok(())
+    }
+
+    fn write_kv_raw(&mut self, layer: usize, k: &[u8], v: &[u8]) -> Result<()> {
+        let n_ctx = self.n_ctx;
+        let kv_dim = self.cfg.kv_dim();
+        let t = self.kv_types;
+        let (kr, vr) = (t.k.bytes(kv_dim), t.v.bytes(kv_dim));
+        let n_pos = k.len() / kr.max(1);
+        let cache = self.alloc_kv(layer)?;
+        if k.len() != n_pos * kr || v.len() != n_pos * vr || n_pos > n_ctx {
+            return Err(Error::InvalidArgument(format!(
+                "write of {} K and {} V bytes into layer {layer}'s cache of {n_ctx} positions \
+                 ({kr} and {vr} bytes per position)",
+                k.len(),
+                v.len()
+            )));
+        }
+        cache.k[..k.len()].copy_from_slice(k);
+        cache.v[..v.len()].copy_from_slice(v);
+        Ok(())
+    }
+
     fn drop_kv(&mut self, layer: usize) {
         if let Some(slot) = self.kv.get_mut(layer) {
             *slot = None;

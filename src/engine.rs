@@ -75,8 +75,7 @@ pub struct LoadOptions {
     /// Re-decide the placement every N decoded tokens (and at each prompt) from measured
     /// stage times (`scheduler::policy`); `None` keeps it fixed.
     pub resample_every: Option<usize>,
-    /// `--cache-type-k`: the keys' KV cache type; `None`: f16 on the CPU, f32 when a GPU is
-    /// open (its kernels read f32 caches only so far).
+    /// `--cache-type-k`: the keys' KV cache type; `None`: f16.
     pub cache_type_k: Option<KvType>,
     /// `--cache-type-v`: the values' KV cache type (`None` as for `cache_type_k`).
     pub cache_type_v: Option<KvType>,
@@ -84,11 +83,10 @@ pub struct LoadOptions {
     pub health: crate::gpu::HealthOptions,
 }
 
-/// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default on the CPU
-/// and f32 when a GPU is open. A chosen quantized type with a GPU is refused when the GPU's
-/// backend starts (`Exec`).
-fn resolve_kv_types(opts: &LoadOptions, gpu_open: bool, head_dim: usize) -> Result<KvTypes> {
-    let default = if gpu_open { KvType::F32 } else { KvType::F16 };
+/// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default (on the
+/// CPU and the GPU alike: both hold the same bytes, so layers move between them losslessly).
+fn resolve_kv_types(opts: &LoadOptions, head_dim: usize) -> Result<KvTypes> {
+    let default = KvType::F16;
     let t = KvTypes {
         k: opts.cache_type_k.unwrap_or(default),
         v: opts.cache_type_v.unwrap_or(default),
@@ -165,7 +163,7 @@ impl Model {
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;
         let (gpu, device_note, placement, load_fallback) = open_gpu(&gguf, &config, opts)?;
-        let kv_types = resolve_kv_types(opts, gpu.is_some(), config.head_dim)?;
+        let kv_types = resolve_kv_types(opts, config.head_dim)?;
         let managed_residency = match (&gpu, managed(opts), opts.gpu_mem_budget) {
             (Some(_), true, Some(budget)) => {
                 let fit = initial_placement(
@@ -315,7 +313,7 @@ fn initial_placement(
             } else {
                 opts.n_ctx
             };
-            let kv_bits = resolve_kv_types(opts, true, cfg.head_dim)?.mean_bits();
+            let kv_bits = resolve_kv_types(opts, cfg.head_dim)?.mean_bits();
             let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream, kv_bits)?;
             if opts.stream {
                 // Blocks stream; the embedding and head run where their weights are.
@@ -368,7 +366,9 @@ fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
         }
         // The first use of an adapter: the variants the model needs are checked (or their
         // record read); stages with no working variant of something stay on the CPU.
-        let (health, capable) = crate::gpu::startup::check_model(&ctx, gguf, cfg, &opts.health)?;
+        let kv = resolve_kv_types(opts, cfg.head_dim)?;
+        let (health, capable) =
+            crate::gpu::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
         let placement = crate::gpu::startup::restrict(&placement, &capable);
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,

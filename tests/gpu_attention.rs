@@ -14,6 +14,7 @@ use memwall::gpu::attention::{
 };
 use memwall::gpu::kernels::{self, upload_f32, Dispatch, Kernels, Launch};
 use memwall::gpu::{GpuContext, KernelKey};
+use memwall::kv_type::KvTypes;
 
 /// NaN guards appended to every output buffer.
 const GUARD: usize = 3;
@@ -133,6 +134,7 @@ impl Case {
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             n_ctx,
+            kv: KvTypes::F32,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
@@ -326,7 +328,7 @@ fn attention_launches_picks_the_path_by_token_count() {
     assert_eq!(keys(64), vec!["attention_prefill"]);
     assert!(keys(0).is_empty());
     assert_eq!(
-        KernelKey::AttentionPrefill.label(),
+        KernelKey::AttentionPrefill { kv: KvTypes::F32 }.label(),
         "attention_prefill",
         "labels as above"
     );
@@ -342,6 +344,7 @@ fn oversize_and_malformed_requests_are_errors() {
         head_dim: 64,
         scale: 0.125,
         n_ctx: 100,
+        kv: KvTypes::F32,
     };
     let row = 3 * 64;
     let act = |n: usize| upload_f32(&ctx, "act", &vec![0.0; n * 9 * 64]).unwrap();
@@ -433,7 +436,8 @@ fn oversize_and_malformed_requests_are_errors() {
             .map(|l| l.len())
     };
     let k8 = kv(8);
-    assert_eq!(store(&k8, &k_cache, 8, 92).unwrap(), 1);
+    // One launch per cache (K and V may have different types).
+    assert_eq!(store(&k8, &k_cache, 8, 92).unwrap(), 2);
     assert_eq!(store(&k8, &k_cache, 0, 100).unwrap(), 0);
     err_has(store(&k8, &k_cache, 8, 93), "n_ctx");
     err_has(store(&k8, &k_cache, 9, 0), "kv_store k");

@@ -322,6 +322,21 @@ impl Backend for Unfused<'_> {
     fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> memwall::error::Result<()> {
         self.0.write_kv(layer, k, v)
     }
+    fn kv_types(&self) -> memwall::kv_type::KvTypes {
+        self.0.kv_types()
+    }
+    fn read_kv_raw(
+        &mut self,
+        layer: usize,
+        n_pos: usize,
+        k: &mut Vec<u8>,
+        v: &mut Vec<u8>,
+    ) -> memwall::error::Result<()> {
+        self.0.read_kv_raw(layer, n_pos, k, v)
+    }
+    fn write_kv_raw(&mut self, layer: usize, k: &[u8], v: &[u8]) -> memwall::error::Result<()> {
+        self.0.write_kv_raw(layer, k, v)
+    }
     fn drop_kv(&mut self, layer: usize) {
         self.0.drop_kv(layer)
     }

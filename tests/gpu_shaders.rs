@@ -3,7 +3,8 @@
 
 use std::collections::HashSet;
 
-use memwall::gpu::shaders::{KernelKey, MatvecOut, WeightFormat};
+use memwall::gpu::shaders::{kv_type_pairs, KernelKey, MatvecOut, WeightFormat};
+use memwall::kv_type::KvType;
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
 
 /// Validates `key`'s module with exactly the capabilities it may rely on: the portable
@@ -169,7 +170,9 @@ fn all_lists_every_variant_once() {
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::RmsNormQuant { subgroup });
         want.insert(KernelKey::Softmax { subgroup });
-        want.insert(KernelKey::AttentionSplit { subgroup });
+        for kv in kv_type_pairs() {
+            want.insert(KernelKey::AttentionSplit { subgroup, kv });
+        }
         want.insert(KernelKey::AttentionCombine { subgroup });
     }
     // Kernels with no reduction choice: one variant each, compiled by every context.
@@ -179,12 +182,19 @@ fn all_lists_every_variant_once() {
         KernelKey::Add,
         KernelKey::AddBias,
         KernelKey::Argmax,
-        KernelKey::KvStore,
-        KernelKey::AttentionPrefill,
         KernelKey::QuantizeAct,
         KernelKey::BandwidthProbe,
         KernelKey::SwigluQuant,
     ] {
+        assert!(!key.has_reduction_choice() && !key.uses_subgroups());
+        want.insert(key);
+    }
+    // The KV cache kernels: a store per cache type, prefill per (K, V) type pair.
+    let kv_keys = KvType::ALL
+        .map(|ty| KernelKey::KvStore { ty })
+        .into_iter()
+        .chain(kv_type_pairs().map(|kv| KernelKey::AttentionPrefill { kv }));
+    for key in kv_keys {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
     }
@@ -211,10 +221,10 @@ fn all_lists_every_variant_once() {
             | KernelKey::AddBias
             | KernelKey::Argmax
             | KernelKey::Embedding { .. }
-            | KernelKey::KvStore
+            | KernelKey::KvStore { .. }
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
-            | KernelKey::AttentionPrefill
+            | KernelKey::AttentionPrefill { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct

@@ -238,23 +238,29 @@ fn session_reports_its_kv_signature() {
     assert_eq!(m.session(64).unwrap().kv_signature(), "k=f16,v=f16");
 }
 
-/// The GPU backend keeps f32 caches so far: a quantized type with a GPU is refused when the
-/// session starts, naming the types, instead of running with another cache than asked.
+/// With a GPU the caches are f16 by default too, a chosen type is used as asked (K and V
+/// separately), and the GPU's cache is accounted in its type's bytes.
 #[test]
-fn gpu_refuses_quantized_cache_types_clearly() {
-    let opts = LoadOptions {
-        device: DeviceChoice::Gpu(memwall::gpu::DeviceSelector::Auto),
-        cache_type_k: Some(KvType::Q8_0),
-        ..Default::default()
+fn gpu_sessions_use_the_chosen_cache_types() {
+    let load = |k: Option<KvType>| {
+        let opts = LoadOptions {
+            device: DeviceChoice::Gpu(memwall::gpu::DeviceSelector::Auto),
+            cache_type_k: k,
+            ..Default::default()
+        };
+        match Model::load(common::model_path(), &opts) {
+            Ok(m) => Arc::new(m),
+            Err(e) => panic!("cannot load the model on the GPU ({e}); lavapipe is required"),
+        }
     };
-    let m = match Model::load(common::model_path(), &opts) {
-        Ok(m) => Arc::new(m),
-        Err(e) => panic!("cannot load the model on the GPU ({e}); lavapipe is required"),
-    };
-    let err = m
-        .session(64)
-        .err()
-        .expect("q8_0 keys on the GPU must be refused");
-    let err = err.to_string();
-    assert!(err.contains("k=q8_0,v=f32") && err.contains("f32"), "{err}");
+    let m = load(None);
+    assert_eq!(m.session(64).unwrap().kv_signature(), "k=f16,v=f16");
+    let m = load(Some(KvType::Q8_0));
+    let s = m.session(64).unwrap();
+    assert_eq!(s.kv_signature(), "k=q8_0,v=f16");
+    // 34 bytes per 32 keys, 2 bytes per value, every layer on the GPU.
+    let cfg = m.config();
+    let row = cfg.kv_dim();
+    let want = 64 * (row / 32 * 34 + row * 2) * cfg.n_layer;
+    assert_eq!(s.exec().kv_bytes(), [0, want as u64]);
 }

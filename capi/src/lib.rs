@@ -34,8 +34,7 @@ pub struct memwall_config {
     pub min_p: f32,
     pub repeat_penalty: f32,
     pub seed: u64,
-    /// KV cache type of keys: "f16", "q8_0", "q4_0" or "f32"; NULL: the default (f16 on the
-    /// CPU, f32 with a GPU).
+    /// KV cache type of keys: "f16", "q8_0", "q4_0" or "f32"; NULL: the default (f16).
     pub cache_type_k: *const c_char,
     /// KV cache type of values, as `cache_type_k`.
     pub cache_type_v: *const c_char,

@@ -91,9 +91,8 @@ impl ModelConfig {
     }
 
     /// The KV cache element types of keys and values (e.g. K `KvType::Q8_0`, V
-    /// `KvType::Q4_0` for a 2.5x smaller cache than f16). Default: f16 on the CPU, f32 when a
-    /// GPU is open (the GPU kernels read f32 caches only so far; a quantized type with a GPU
-    /// is refused at load).
+    /// `KvType::Q4_0` for a 2.5x smaller cache than f16). Default: f16, on the CPU and the
+    /// GPU.
     pub fn cache_types(mut self, k: KvType, v: KvType) -> Self {
         self.opts.cache_type_k = Some(k);
         self.opts.cache_type_v = Some(v);

@@ -10,6 +10,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, Kernels, Launch};
 use crate::gpu::shaders::{AttentionParams, KernelKey, KvStoreParams, MAX_WORKGROUP_SIZE};
+use crate::kv_type::{KvType, KvTypes};
 
 /// Key positions per split workgroup: the `CHUNK` override of `attention_split.wgsl` and
 /// `attention_combine.wgsl`, set by [`Kernels::with_options`].
@@ -77,6 +78,22 @@ pub struct AttentionConfig {
     pub scale: f32,
     /// rows (positions) of the KV cache
     pub n_ctx: usize,
+    /// the caches' element types (their GGUF layouts, see `shaders/kv/read.wgsl`)
+    pub kv: KvTypes,
+}
+
+/// Bytes of a KV cache buffer of `values` values of type `ty`: the type's layout, rounded up
+/// to whole words; the block types get room for one more pair of blocks (`kv_store` rewrites
+/// whole pairs, the last one may be half past the end).
+pub fn kv_cache_bytes(ty: KvType, values: usize) -> u64 {
+    let spare = if ty.block_values() > 1 {
+        2 * ty.block_bytes() as u64
+    } else {
+        0
+    };
+    (ty.bytes(values) as u64)
+        .saturating_add(spare)
+        .next_multiple_of(4)
 }
 
 /// Which attention kernels to run.
@@ -112,6 +129,17 @@ pub fn split_scratch_len(cfg: &AttentionConfig, n_tokens: usize, chunk: usize) -
         .max(4)
 }
 
+fn check_cache(what: &str, buf: &wgpu::Buffer, ty: KvType, values: usize) -> Result<()> {
+    let need = kv_cache_bytes(ty, values);
+    if buf.size() < need {
+        return Err(Error::Gpu(format!(
+            "{what}: buffer of {} bytes, a {ty} cache of {values} values needs {need} bytes",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
 fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: usize) -> Result<()> {
     let need = (n_f32 as u64).saturating_mul(4);
     if buf.size() < need {
@@ -144,6 +172,7 @@ fn check_shape(cfg: &AttentionConfig, n_tokens: usize, pos0: usize) -> Result<us
             cfg.n_ctx
         )));
     }
+    cfg.kv.check_head_dim(cfg.head_dim)?;
     let row = cfg.n_head_kv * cfg.head_dim;
     // Every index the shaders compute (u32) is below the cache or activation size.
     to_u32(
@@ -176,9 +205,10 @@ fn prefill_tiles(head_dim: usize, wg: usize) -> Result<(usize, usize)> {
 }
 
 impl Kernels {
-    /// Writes `k` and `v` (each `[n_tokens, n_head_kv, head_dim]`) into rows
+    /// Writes `k` and `v` (each `[n_tokens, n_head_kv, head_dim]` f32) into rows
     /// `pos0..pos0 + n_tokens` of `k_cache` and `v_cache` (each `[n_ctx, n_head_kv,
-    /// head_dim]`); other rows are untouched. Empty for `n_tokens == 0`.
+    /// head_dim]` in `cfg.kv`'s types, [`kv_cache_bytes`]), quantizing them; other rows are
+    /// untouched. One launch per cache; empty for `n_tokens == 0`.
     #[allow(clippy::too_many_arguments)]
     pub fn kv_store_launch<'a>(
         &self,
@@ -193,27 +223,37 @@ impl Kernels {
         let row = check_shape(cfg, n_tokens, pos0)?;
         check_len("kv_store k", k, n_tokens * row)?;
         check_len("kv_store v", v, n_tokens * row)?;
-        check_len("kv_store k_cache", k_cache, cfg.n_ctx * row)?;
-        check_len("kv_store v_cache", v_cache, cfg.n_ctx * row)?;
+        check_cache("kv_store k_cache", k_cache, cfg.kv.k, cfg.n_ctx * row)?;
+        check_cache("kv_store v_cache", v_cache, cfg.kv.v, cfg.n_ctx * row)?;
         if n_tokens == 0 {
             return Ok(Vec::new());
         }
         let n = to_u32(n_tokens * row, "kv_store elements")?;
-        let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
-        let params = KvStoreParams {
-            n_tokens: to_u32(n_tokens, "n_tokens")?,
-            row_len: to_u32(row, "n_head_kv * head_dim")?,
-            pos0: to_u32(pos0, "pos0")?,
-            groups_x: groups.0,
-        };
-        let bufs = [(0, k), (1, v), (2, k_cache), (3, v_cache)];
-        Ok(vec![Launch::new(
-            KernelKey::KvStore,
-            &params,
-            &bufs,
-            4,
-            groups,
-        )])
+        let mut launches = Vec::with_capacity(2);
+        for (ty, src, cache) in [(cfg.kv.k, k, k_cache), (cfg.kv.v, v, v_cache)] {
+            // Invocations (shaders/kv_store.wgsl): a word each for f32 and f16, a pair of
+            // blocks for the block types (one more pair when the range starts mid-pair).
+            let units = match ty {
+                KvType::F32 => n,
+                KvType::F16 => n / 2,
+                KvType::Q8_0 | KvType::Q4_0 => n / 64 + 1,
+            };
+            let groups = grid(units.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+            let params = KvStoreParams {
+                n_tokens: to_u32(n_tokens, "n_tokens")?,
+                row_len: to_u32(row, "n_head_kv * head_dim")?,
+                pos0: to_u32(pos0, "pos0")?,
+                groups_x: groups.0,
+            };
+            launches.push(Launch::new(
+                KernelKey::KvStore { ty },
+                &params,
+                &[(0, src), (1, cache)],
+                2,
+                groups,
+            ));
+        }
+        Ok(launches)
     }
 
     /// Causal attention of `q` (`[n_tokens, n_head, head_dim]`, token `i` at position
@@ -260,8 +300,8 @@ impl Kernels {
         let act = n_tokens * cfg.n_head * cfg.head_dim;
         check_len("attention q", q, act)?;
         check_len("attention out", out, act)?;
-        check_len("attention k_cache", k_cache, cfg.n_ctx * row)?;
-        check_len("attention v_cache", v_cache, cfg.n_ctx * row)?;
+        check_cache("attention k_cache", k_cache, cfg.kv.k, cfg.n_ctx * row)?;
+        check_cache("attention v_cache", v_cache, cfg.kv.v, cfg.n_ctx * row)?;
         if n_tokens == 0 {
             return Ok(Vec::new());
         }
@@ -297,6 +337,7 @@ impl Kernels {
                 let split = Launch::new(
                     KernelKey::AttentionSplit {
                         subgroup: self.subgroup,
+                        kv: cfg.kv,
                     },
                     &params,
                     &[(0, q), (1, k_cache), (2, v_cache), (3, scratch)],
@@ -324,7 +365,7 @@ impl Kernels {
                 let groups = grid(to_u32(n_groups, "prefill workgroups")?, max)?;
                 params.groups_x = groups.0;
                 Ok(vec![Launch::new(
-                    KernelKey::AttentionPrefill,
+                    KernelKey::AttentionPrefill { kv: cfg.kv },
                     &params,
                     &[(0, q), (1, k_cache), (2, v_cache), (3, out)],
                     4,
@@ -377,6 +418,7 @@ mod tests {
             head_dim: 64,
             scale: 0.125,
             n_ctx: 1000,
+            kv: KvTypes::F32,
         };
         // ceil(1000 / 256) = 4 chunks of (64 + 4) f32 per (token, head)
         assert_eq!(split_scratch_len(&cfg, 2, 256), 2 * 9 * 4 * 68);

@@ -19,6 +19,10 @@ use crate::gpu::shaders::{KernelKey, MatvecOut};
 use crate::gpu::stream::StreamRing;
 use crate::gpu::timing::GpuTimer;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
+use crate::kv_type::KvTypes;
+
+mod kv;
+use kv::{kv_layer, KvLayer};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
 /// larger ones the tiled matmul.
@@ -42,12 +46,6 @@ impl GpuAct {
     }
 }
 
-/// One layer's KV cache: K and V, each [n_ctx, n_head_kv, head_dim] f32.
-struct KvLayer {
-    k: wgpu::Buffer,
-    v: wgpu::Buffer,
-}
-
 impl Drop for GpuBackend {
     fn drop(&mut self) {
         // Profiling is a developer switch: its report goes to stderr when the session ends.
@@ -62,6 +60,8 @@ pub struct GpuBackend {
     rec: Recorder,
     /// Per layer; `None` for layers that run on the CPU.
     kv: Vec<Option<KvLayer>>,
+    /// The caches' element types (`kv` module).
+    kv_types: KvTypes,
     n_ctx: usize,
     /// Attention's split-over-the-sequence partials: [attention_scratch_len] f32.
     att_scratch: wgpu::Buffer,
@@ -98,13 +98,6 @@ pub struct GpuBackend {
     quantized: Option<(wgpu::Buffer, usize)>,
 }
 
-fn kv_layer(m: &GpuModel, l: usize, bytes: u64) -> Result<KvLayer> {
-    Ok(KvLayer {
-        k: storage(m, &format!("kv.{l}.k"), bytes)?,
-        v: storage(m, &format!("kv.{l}.v"), bytes)?,
-    })
-}
-
 fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
     let ctx = &m.ctx;
     let limit = ctx
@@ -132,30 +125,38 @@ fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
 }
 
 impl GpuBackend {
-    /// A session on `m` with a KV cache of `n_ctx` positions and batches of up to
+    /// A session on `m` with an f32 KV cache of `n_ctx` positions and batches of up to
     /// `max_tokens` tokens.
     pub fn new(m: Arc<GpuModel>, n_ctx: usize, max_tokens: usize) -> Result<GpuBackend> {
+        GpuBackend::with_kv_types(m, n_ctx, max_tokens, KvTypes::F32)
+    }
+
+    /// As [`GpuBackend::new`], with KV caches of the given types.
+    pub fn with_kv_types(
+        m: Arc<GpuModel>,
+        n_ctx: usize,
+        max_tokens: usize,
+        kv_types: KvTypes,
+    ) -> Result<GpuBackend> {
         if n_ctx == 0 || max_tokens == 0 {
             return Err(Error::InvalidArgument(
                 "context and batch must be at least 1 token".into(),
             ));
         }
         let cfg = &m.cfg;
-        let kv_bytes = (n_ctx as u64)
-            .saturating_mul(cfg.kv_dim() as u64)
-            .saturating_mul(4);
+        kv_types.check_head_dim(cfg.head_dim)?;
         // Caches for the layers whose weights are here; a layer that moves here later gets
         // its cache then (between tokens).
         let mut kv = Vec::with_capacity(cfg.n_layer);
         for l in 0..cfg.n_layer {
             kv.push(if m.has_layer(l) {
-                Some(kv_layer(&m, l, kv_bytes)?)
+                Some(kv_layer(&m, l, n_ctx, kv_types)?)
             } else {
                 None
             });
         }
         let att = attention_scratch_len(
-            &attention_config(&m, n_ctx),
+            &attention_config(&m, n_ctx, kv_types),
             max_tokens,
             ATTENTION_CHUNK as usize,
         );
@@ -192,6 +193,7 @@ impl GpuBackend {
             m,
             rec,
             kv,
+            kv_types,
             n_ctx,
             att_scratch,
             ids,
@@ -575,7 +577,7 @@ impl GpuBackend {
     }
 }
 
-fn attention_config(m: &GpuModel, n_ctx: usize) -> AttentionConfig {
+fn attention_config(m: &GpuModel, n_ctx: usize, kv: KvTypes) -> AttentionConfig {
     let cfg = &m.cfg;
     AttentionConfig {
         n_head: cfg.n_head,
@@ -583,6 +585,7 @@ fn attention_config(m: &GpuModel, n_ctx: usize) -> AttentionConfig {
         head_dim: cfg.head_dim,
         scale: 1.0 / (cfg.head_dim as f32).sqrt(),
         n_ctx,
+        kv,
     }
 }
 
@@ -785,14 +788,9 @@ impl Backend for GpuBackend {
                 n_ctx: self.n_ctx,
             });
         }
-        let kv = self
-            .kv
-            .get(layer)
-            .and_then(|c| c.as_ref())
-            .ok_or_else(|| Error::Gpu(format!("no KV cache for layer {layer} on the GPU")))?;
-        let (kc, vc) = (kv.k.clone(), kv.v.clone());
+        let (kc, vc) = self.kv_buffers(layer)?;
         self.written(&out.buf);
-        let cfg = attention_config(&m, self.n_ctx);
+        let cfg = attention_config(&m, self.n_ctx, self.kv_types);
         let launches = m
             .kernels
             .kv_store_launch(&k.buf, &v.buf, &kc, &vc, &cfg, n, pos0)?;
@@ -877,75 +875,33 @@ impl Backend for GpuBackend {
     }
 
     fn read_kv(&mut self, layer: usize, n_pos: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {
-        let len = n_pos * self.m.cfg.kv_dim();
-        let (kc, vc) = match self.kv.get(layer).and_then(|c| c.as_ref()) {
-            Some(c) => (c.k.clone(), c.v.clone()),
-            None => {
-                return Err(Error::Gpu(format!(
-                    "no KV cache for layer {layer} on the GPU"
-                )))
-            }
-        };
-        if n_pos > self.n_ctx || k.len() < len || v.len() < len {
-            return Err(Error::Gpu(format!(
-                "read of {n_pos} KV positions of layer {layer} (context {})",
-                self.n_ctx
-            )));
-        }
-        for (buf, dst) in [(&kc, k), (&vc, v)] {
-            let bytes = self.read_bytes(buf, len as u64 * 4)?;
-            for (d, c) in dst[..len].iter_mut().zip(bytes.chunks_exact(4)) {
-                *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-            }
-        }
-        Ok(())
+        self.kv_read(layer, n_pos, k, v)
     }
 
     fn write_kv(&mut self, layer: usize, k: &[f32], v: &[f32]) -> Result<()> {
-        let kv_dim = self.m.cfg.kv_dim();
-        let kv_bytes = (self.n_ctx as u64) * kv_dim as u64 * 4;
-        if layer >= self.kv.len()
-            || k.len() != v.len()
-            || k.len() as u64 * 4 > kv_bytes
-            || !k.len().is_multiple_of(kv_dim)
-        {
-            return Err(Error::Gpu(format!(
-                "write of {} K and {} V values into layer {layer}'s cache of {} positions",
-                k.len(),
-                v.len(),
-                self.n_ctx
-            )));
-        }
-        if self.kv[layer].is_none() {
-            self.kv[layer] = Some(kv_layer(&self.m, layer, kv_bytes)?);
-            self.allocated += 2 * kv_bytes;
-        }
-        // Recorded work must see the old contents: submit it before the queue writes.
-        self.rec.flush(&self.m.ctx)?;
-        if let Some(c) = &self.kv[layer] {
-            self.m
-                .ctx
-                .queue
-                .write_buffer(&c.k, 0, bytemuck::cast_slice(k));
-            self.m
-                .ctx
-                .queue
-                .write_buffer(&c.v, 0, bytemuck::cast_slice(v));
-        }
-        Ok(())
+        self.kv_write(layer, k, v)
+    }
+
+    fn kv_types(&self) -> KvTypes {
+        self.kv_types
+    }
+
+    fn read_kv_raw(
+        &mut self,
+        layer: usize,
+        n_pos: usize,
+        k: &mut Vec<u8>,
+        v: &mut Vec<u8>,
+    ) -> Result<()> {
+        self.kv_read_raw(layer, n_pos, k, v)
+    }
+
+    fn write_kv_raw(&mut self, layer: usize, k: &[u8], v: &[u8]) -> Result<()> {
+        self.kv_write_raw(layer, k, v)
     }
 
     fn drop_kv(&mut self, layer: usize) {
-        if let Some(slot) = self.kv.get_mut(layer) {
-            if let Some(old) = slot.take() {
-                self.allocated = self.allocated.saturating_sub(old.k.size() + old.v.size());
-                // Cached bind groups name the freed buffers and would keep them alive; they
-                // are rebuilt on next use (a migration is between tokens, not in the loop).
-                if self.rec.flush(&self.m.ctx).is_ok() {
-                    self.rec.clear_cache();
-                }
-            }
-        }
+        self.kv_drop(layer)
     }
 
     fn sync(&mut self) -> Result<()> {

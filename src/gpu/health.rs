@@ -218,12 +218,24 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 pub fn needed_keys(
     opts: crate::gpu::KernelOptions,
     formats: &HashSet<crate::gpu::WeightFormat>,
+    kv: crate::kv_type::KvTypes,
 ) -> Vec<KernelKey> {
     KernelKey::all()
         .into_iter()
         .filter(|k| opts.compiles(k) && *k != KernelKey::BandwidthProbe)
         .filter(|k| variants::weight_format(k).is_none_or(|f| formats.contains(&f)))
+        .filter(|k| kv_needed(k, kv))
         .collect()
+}
+
+/// Whether a model whose caches are of types `kv` uses `key`: only the store and attention
+/// variants of its own cache types (the others would only lengthen the first start).
+fn kv_needed(key: &KernelKey, kv: crate::kv_type::KvTypes) -> bool {
+    match *key {
+        KernelKey::KvStore { ty } => ty == kv.k || ty == kv.v,
+        KernelKey::AttentionSplit { kv: t, .. } | KernelKey::AttentionPrefill { kv: t } => t == kv,
+        _ => true,
+    }
 }
 
 /// Checks the variants `needed` asks for on `ctx`: known-bad ones are skipped, the others

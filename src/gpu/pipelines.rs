@@ -78,6 +78,8 @@ pub(crate) fn compile(ctx: &GpuContext, key: KernelKey, workgroup_size: u32) -> 
     ) {
         constants.push(("CHUNK", f64::from(attention::ATTENTION_CHUNK)));
     }
+    // The KV cache types of the attention and kv_store variants.
+    constants.extend(key.kv_constants());
     if matches!(key, KernelKey::Matmul { .. }) {
         let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
         constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);

@@ -16,6 +16,8 @@
 use bytemuck::{Pod, Zeroable};
 use kernels_ref::GgmlType;
 
+use crate::kv_type::{KvType, KvTypes};
+
 const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
 const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
@@ -65,6 +67,7 @@ const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
 const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
 const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
 const KV_STORE: &str = include_str!("../../shaders/kv_store.wgsl");
+const KV_READ: &str = include_str!("../../shaders/kv/read.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
 const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
 const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
@@ -255,16 +258,18 @@ pub enum KernelKey {
     Softmax { subgroup: bool },
     /// `shaders/argmax.wgsl` (workgroup-memory reduction only).
     Argmax,
-    /// `shaders/kv_store.wgsl`: appends keys and values to a layer's KV cache (standalone).
-    KvStore,
+    /// `shaders/kv_store.wgsl`: appends keys or values to a layer's K or V cache of type `ty`,
+    /// quantizing them (standalone).
+    KvStore { ty: KvType },
     /// `shaders/attention_split.wgsl`: per-chunk partial attention (flash-decoding, pass 1);
-    /// `subgroup` picks subgroup reductions.
-    AttentionSplit { subgroup: bool },
+    /// `subgroup` picks subgroup reductions; `kv` the caches' types (decoded in the loops by
+    /// `shaders/kv/read.wgsl`).
+    AttentionSplit { subgroup: bool, kv: KvTypes },
     /// `shaders/attention_combine.wgsl`: merges the chunks (flash-decoding, pass 2).
     AttentionCombine { subgroup: bool },
     /// `shaders/attention_prefill.wgsl`: tiled causal attention with online softmax
-    /// (standalone: no reduction).
-    AttentionPrefill,
+    /// (no reduction) over caches of types `kv`.
+    AttentionPrefill { kv: KvTypes },
     /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction); `f16` as for
     /// `Matvec`.
     Embedding { ty: WeightFormat, f16: bool },
@@ -323,7 +328,9 @@ impl KernelKey {
             keys.push(KernelKey::RmsNorm { subgroup });
             keys.push(KernelKey::RmsNormQuant { subgroup });
             keys.push(KernelKey::Softmax { subgroup });
-            keys.push(KernelKey::AttentionSplit { subgroup });
+            for kv in kv_type_pairs() {
+                keys.push(KernelKey::AttentionSplit { subgroup, kv });
+            }
             keys.push(KernelKey::AttentionCombine { subgroup });
         }
         keys.extend([
@@ -332,12 +339,12 @@ impl KernelKey {
             KernelKey::Add,
             KernelKey::AddBias,
             KernelKey::Argmax,
-            KernelKey::KvStore,
-            KernelKey::AttentionPrefill,
             KernelKey::QuantizeAct,
             KernelKey::BandwidthProbe,
             KernelKey::SwigluQuant,
         ]);
+        keys.extend(KvType::ALL.map(|ty| KernelKey::KvStore { ty }));
+        keys.extend(kv_type_pairs().map(|kv| KernelKey::AttentionPrefill { kv }));
         for f16 in [false, true] {
             for ty in WeightFormat::ALL {
                 if !f16 || ty.has_f16_variant() {
@@ -364,10 +371,10 @@ impl KernelKey {
             | KernelKey::Add
             | KernelKey::AddBias
             | KernelKey::Argmax
-            | KernelKey::KvStore
+            | KernelKey::KvStore { .. }
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
-            | KernelKey::AttentionPrefill
+            | KernelKey::AttentionPrefill { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
@@ -396,10 +403,10 @@ impl KernelKey {
             | KernelKey::Add
             | KernelKey::AddBias
             | KernelKey::Argmax
-            | KernelKey::KvStore
+            | KernelKey::KvStore { .. }
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
-            | KernelKey::AttentionPrefill
+            | KernelKey::AttentionPrefill { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
@@ -438,7 +445,7 @@ impl KernelKey {
             | KernelKey::RmsNorm { subgroup }
             | KernelKey::RmsNormQuant { subgroup }
             | KernelKey::Softmax { subgroup }
-            | KernelKey::AttentionSplit { subgroup }
+            | KernelKey::AttentionSplit { subgroup, .. }
             | KernelKey::AttentionCombine { subgroup } => subgroup,
             KernelKey::Rope
             | KernelKey::Swiglu
@@ -446,8 +453,8 @@ impl KernelKey {
             | KernelKey::AddBias
             | KernelKey::Argmax
             | KernelKey::Embedding { .. }
-            | KernelKey::KvStore
-            | KernelKey::AttentionPrefill
+            | KernelKey::KvStore { .. }
+            | KernelKey::AttentionPrefill { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::MatvecQ8Rows { .. }
@@ -479,10 +486,13 @@ impl KernelKey {
             KernelKey::Embedding { ty, .. } => {
                 format!("embedding_{}{h}", ty.ggml().name().to_lowercase())
             }
-            KernelKey::KvStore => "kv_store".into(),
-            KernelKey::AttentionSplit { .. } => format!("attention_split{sg}"),
+            KernelKey::KvStore { ty } => match ty {
+                KvType::F32 => "kv_store".into(),
+                _ => format!("kv_store_{ty}"),
+            },
+            KernelKey::AttentionSplit { kv, .. } => format!("attention_split{sg}{}", kv_suffix(kv)),
             KernelKey::AttentionCombine { .. } => format!("attention_combine{sg}"),
-            KernelKey::AttentionPrefill => "attention_prefill".into(),
+            KernelKey::AttentionPrefill { kv } => format!("attention_prefill{}", kv_suffix(kv)),
             KernelKey::QuantizeAct => "quantize_act".into(),
             KernelKey::MatvecQ8 { ty, .. } => {
                 format!("matvec_q8_{}{sg}", ty.ggml().name().to_lowercase())
@@ -532,10 +542,10 @@ impl KernelKey {
             KernelKey::Swiglu => vec![SWIGLU],
             KernelKey::Add => vec![ADD],
             KernelKey::AddBias => vec![ADD_BIAS],
-            KernelKey::KvStore => vec![KV_STORE],
-            KernelKey::AttentionSplit { .. } => vec![reduce, ATTENTION_SPLIT],
+            KernelKey::KvStore { .. } => vec![KV_STORE],
+            KernelKey::AttentionSplit { .. } => vec![reduce, KV_READ, ATTENTION_SPLIT],
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
-            KernelKey::AttentionPrefill => vec![ATTENTION_PREFILL],
+            KernelKey::AttentionPrefill { .. } => vec![KV_READ, ATTENTION_PREFILL],
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, .. } => {
@@ -552,6 +562,45 @@ impl KernelKey {
             KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
         };
         parts.join("\n")
+    }
+
+    /// The pipeline's override constants for the KV cache types (`TYPE` of
+    /// `shaders/kv_store.wgsl`, `K_TYPE` and `V_TYPE` of `shaders/kv/read.wgsl`); empty for
+    /// the other kernels.
+    pub fn kv_constants(&self) -> Vec<(&'static str, f64)> {
+        match *self {
+            KernelKey::KvStore { ty } => vec![("TYPE", kv_code(ty))],
+            KernelKey::AttentionSplit { kv, .. } | KernelKey::AttentionPrefill { kv } => {
+                vec![("K_TYPE", kv_code(kv.k)), ("V_TYPE", kv_code(kv.v))]
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// Every (K type, V type) pair, f32/f32 first.
+pub fn kv_type_pairs() -> impl Iterator<Item = KvTypes> {
+    KvType::ALL
+        .into_iter()
+        .flat_map(|k| KvType::ALL.map(|v| KvTypes { k, v }))
+}
+
+/// A type's number in the WGSL (`shaders/kv/read.wgsl`).
+fn kv_code(t: KvType) -> f64 {
+    match t {
+        KvType::F32 => 0.0,
+        KvType::F16 => 1.0,
+        KvType::Q8_0 => 2.0,
+        KvType::Q4_0 => 3.0,
+    }
+}
+
+/// Label suffix of an attention kernel's cache types ("" for the f32 caches).
+fn kv_suffix(kv: KvTypes) -> String {
+    if kv == KvTypes::F32 {
+        String::new()
+    } else {
+        format!("_k{}_v{}", kv.k, kv.v)
     }
 }
 

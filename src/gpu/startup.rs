@@ -12,6 +12,7 @@ use crate::gpu::health::{self, Health, HealthOptions};
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 use crate::gpu::weights::gpu_weight_format;
 use crate::gpu::{variants, KernelOptions};
+use crate::kv_type::KvTypes;
 use crate::scheduler::{Device, Placement};
 
 /// The weight formats each stage decodes on the GPU (after any load-time conversion).
@@ -122,10 +123,11 @@ pub fn check_model(
     ctx: &GpuContext,
     gguf: &Gguf,
     cfg: &Config,
+    kv: KvTypes,
     opts: &HealthOptions,
 ) -> Result<(Health, Placement)> {
     let formats = StageFormats::of(gguf, cfg)?;
-    let needed = health::needed_keys(kernel_options(ctx), &formats.all());
+    let needed = health::needed_keys(kernel_options(ctx), &formats.all(), kv);
     let mut h = health::check(ctx, &needed, opts)?;
     let capable = gpu_capable(&formats, &h.unavailable);
     let cpu_layers = capable.layers.iter().filter(|&&d| d == Device::Cpu).count();
@@ -171,7 +173,7 @@ mod tests {
         let p = gpu_capable(&f, &q41);
         assert_eq!(p.layers, vec![Device::Cpu, Device::Gpu]);
         assert_eq!((p.embed, p.head), (Device::Gpu, Device::Gpu));
-        let attn = [KernelKey::AttentionPrefill];
+        let attn = [KernelKey::AttentionPrefill { kv: KvTypes::F32 }];
         let p = gpu_capable(&f, &attn);
         assert_eq!(p.layers, vec![Device::Cpu, Device::Cpu]);
         assert_eq!((p.embed, p.head), (Device::Gpu, Device::Cpu));

@@ -27,7 +27,10 @@ pub fn without_subgroup(key: KernelKey) -> KernelKey {
         KernelKey::RmsNorm { .. } => KernelKey::RmsNorm { subgroup: false },
         KernelKey::RmsNormQuant { .. } => KernelKey::RmsNormQuant { subgroup: false },
         KernelKey::Softmax { .. } => KernelKey::Softmax { subgroup: false },
-        KernelKey::AttentionSplit { .. } => KernelKey::AttentionSplit { subgroup: false },
+        KernelKey::AttentionSplit { kv, .. } => KernelKey::AttentionSplit {
+            subgroup: false,
+            kv,
+        },
         KernelKey::AttentionCombine { .. } => KernelKey::AttentionCombine { subgroup: false },
         other => other,
     }
@@ -66,8 +69,14 @@ pub fn fallbacks(key: KernelKey) -> Vec<KernelKey> {
 /// passes only have an oracle as a pair, so one is unusable when the other is.
 pub fn partner(key: KernelKey) -> Option<KernelKey> {
     match key {
-        KernelKey::AttentionSplit { subgroup } => Some(KernelKey::AttentionCombine { subgroup }),
-        KernelKey::AttentionCombine { subgroup } => Some(KernelKey::AttentionSplit { subgroup }),
+        KernelKey::AttentionSplit { subgroup, .. } => {
+            Some(KernelKey::AttentionCombine { subgroup })
+        }
+        // The combine's own check runs it after the split over f32 caches.
+        KernelKey::AttentionCombine { subgroup } => Some(KernelKey::AttentionSplit {
+            subgroup,
+            kv: crate::kv_type::KvTypes::F32,
+        }),
         _ => None,
     }
 }
@@ -90,10 +99,10 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::AddBias
         | KernelKey::Softmax { .. }
         | KernelKey::Argmax
-        | KernelKey::KvStore
+        | KernelKey::KvStore { .. }
         | KernelKey::AttentionSplit { .. }
         | KernelKey::AttentionCombine { .. }
-        | KernelKey::AttentionPrefill
+        | KernelKey::AttentionPrefill { .. }
         | KernelKey::QuantizeAct
         | KernelKey::BandwidthProbe
         | KernelKey::RmsNormQuant { .. }

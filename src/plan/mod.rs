@@ -133,6 +133,7 @@ fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
         head_dim: s.head_dim,
         scale: 1.0,
         n_ctx,
+        kv: crate::kv_type::KvTypes::F32,
     };
     // Split-attention partials: [min(batch, 4), n_head, ceil(n_ctx / chunk), head_dim + 4].
     let att = f(attention_scratch_len(

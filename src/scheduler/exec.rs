@@ -265,14 +265,7 @@ impl Exec {
                 .gpu_model
                 .clone()
                 .ok_or_else(|| Error::InvalidArgument("no GPU is open".into()))?;
-            if self.kv_types != KvTypes::F32 {
-                return Err(Error::InvalidArgument(format!(
-                    "KV cache {}: the GPU backend holds f32 caches only for now; run on the CPU \
-                     or pass --cache-type-k f32 --cache-type-v f32",
-                    self.kv_types.signature()
-                )));
-            }
-            let mut b = GpuBackend::new(m, self.n_ctx, self.batch)?;
+            let mut b = GpuBackend::with_kv_types(m, self.n_ctx, self.batch, self.kv_types)?;
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             // Caches for the blocks that start here (streamed ones have none yet).
             for (l, &d) in self.kv_home.iter().enumerate() {
@@ -364,8 +357,8 @@ impl Exec {
     /// Moves the KV rows 0..n_past of every layer that `p` puts on another device than the
     /// one holding them.
     fn migrate(&mut self, p: &Placement, n_past: usize) -> Result<()> {
-        let kv_len = n_past * self.cfg.kv_dim();
         let mut moved = 0usize;
+        // The caches as stored (both devices hold the same types): raw blocks move losslessly.
         let mut k = Vec::new();
         let mut v = Vec::new();
         for l in 0..self.cfg.n_layer {
@@ -374,10 +367,8 @@ impl Exec {
                 continue;
             }
             if n_past > 0 {
-                k.resize(kv_len, 0.0);
-                v.resize(kv_len, 0.0);
-                on_dev!(self, from, |b, _s| b.read_kv(l, n_past, &mut k, &mut v))?;
-                on_dev!(self, to, |b, _s| b.write_kv(l, &k, &v))?;
+                on_dev!(self, from, |b, _s| b.read_kv_raw(l, n_past, &mut k, &mut v))?;
+                on_dev!(self, to, |b, _s| b.write_kv_raw(l, &k, &v))?;
                 self.stats.kv_moves += 1;
                 self.stats.kv_positions_moved += n_past as u64;
                 moved += 1;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use memwall::bench::synth::{write_synth, Preset, SynthOptions};
 use memwall::engine::{DeviceChoice, Generation, LoadOptions, Model, Session};
 use memwall::gpu::DeviceSelector;
+use memwall::kv_type::KvTypes;
 use memwall::sampler::{Sampler, SamplerParams};
 use memwall::GgmlType;
 
@@ -54,28 +55,42 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     path
 }
 
-/// The options of [`load`]: the CPU or (`gpu`) the GPU, f32 caches on both.
+/// The options of [`load`]: the CPU or (`gpu`) the GPU, f32 caches on both: the CPU's f16
+/// default would round the re-rotated keys of a shift a second time, an error of the cache
+/// type, not of the shift.
 pub fn load_options(gpu: bool, f32_activations: bool) -> LoadOptions {
+    load_options_kv(gpu, f32_activations, KvTypes::F32)
+}
+
+/// As [`load_options`], with KV caches of types `kv`.
+pub fn load_options_kv(gpu: bool, f32_activations: bool, kv: KvTypes) -> LoadOptions {
     let device = if gpu {
         DeviceChoice::Gpu(DeviceSelector::Auto)
     } else {
         DeviceChoice::Cpu
     };
-    // f32 caches on both devices (the GPU's only type so far): the CPU's f16 default would
-    // round the re-rotated keys a second time, an error of the cache type, not of the shift,
-    // and CPU and GPU would hold different caches.
     LoadOptions {
         device,
         f32_activations,
-        cache_type_k: Some(memwall::kv_type::KvType::F32),
-        cache_type_v: Some(memwall::kv_type::KvType::F32),
+        cache_type_k: Some(kv.k),
+        cache_type_v: Some(kv.v),
         ..Default::default()
     }
 }
 
-/// Loads `path` on the CPU or (`gpu`) on the GPU, failing without an adapter.
+/// Loads `path` on the CPU or (`gpu`) on the GPU with f32 caches, failing without an adapter.
 pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
-    let opts = load_options(gpu, f32_activations);
+    load_with_kv(path, gpu, f32_activations, KvTypes::F32)
+}
+
+/// As [`load`], with KV caches of types `kv`.
+pub fn load_with_kv(
+    path: &std::path::Path,
+    gpu: bool,
+    f32_activations: bool,
+    kv: KvTypes,
+) -> Arc<Model> {
+    let opts = load_options_kv(gpu, f32_activations, kv);
     let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
     assert_eq!(m.gpu().is_some(), gpu, "{}", m.device_name());
     Arc::new(m)

@@ -2,7 +2,10 @@
 //! flash-decoding split + combine pair and tiled prefill) against kernels-ref's `attention`.
 //! Same rules as [`super::checks`]: seeded inputs with outliers, odd shapes, NaN-poisoned
 //! outputs (and NaN cache rows past the last position, which the kernels must never read), a
-//! small-grid case, and tolerances derived where computed.
+//! small-grid case, and tolerances derived where computed. Each kernel comes in a variant
+//! per KV cache type (pair): the caches hold kernels-ref's quantized blocks, the oracle runs
+//! on their dequantized values (the kernels decode exactly), and the store must write
+//! kernels-ref's bytes.
 
 use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
 use crate::error::Result;
@@ -10,6 +13,39 @@ use crate::gpu::attention::{split_scratch_len, AttentionConfig, AttentionPath, A
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Dispatch, Kernels};
 use crate::gpu::shaders::KernelKey;
+use crate::kv_type::{KvType, KvTypes};
+
+/// `src` (whole blocks) in `ty`'s layout as kernels-ref writes it, followed by `spare_values`
+/// values of 0xff bytes (NaN in every type: an f32 or f16 NaN, or a block with a NaN scale)
+/// and padded to whole words with 0xff, as f32 words for upload.
+pub(crate) fn cache_words(ty: KvType, src: &[f32], spare_values: usize) -> Result<Vec<f32>> {
+    let mut b = vec![0u8; ty.bytes(src.len())];
+    ty.quantize_into(src, &mut b)?;
+    let total = crate::gpu::attention::kv_cache_bytes(ty, src.len() + spare_values) as usize;
+    b.resize(total, 0xff);
+    Ok(words(&b))
+}
+
+/// Bytes (a multiple of 4) as f32 words, bit for bit.
+pub(crate) fn words(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+/// f32 words back to bytes.
+pub(crate) fn bytes_of(w: &[f32]) -> Vec<u8> {
+    w.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `x` (whole blocks) after a round trip through `ty` (what a cache of `ty` holds).
+fn through(ty: KvType, x: &[f32]) -> Result<Vec<f32>> {
+    let mut b = vec![0u8; ty.bytes(x.len())];
+    ty.quantize_into(x, &mut b)?;
+    let mut out = vec![0.0; x.len()];
+    ty.dequantize_into(&b, &mut out);
+    Ok(out)
+}
 
 /// Cache rows past the last position (left NaN).
 const SPARE_ROWS: usize = 7;
@@ -30,27 +66,37 @@ struct Problem {
     cfg: AttentionConfig,
     n: usize,
     pos0: usize,
-    q: Vec<f32>,    // [n, n_head, hd]
-    k: Vec<f32>,    // [pos0 + n, n_head_kv, hd]: the earlier rows, then the new ones
-    v: Vec<f32>,    // [pos0 + n, n_head_kv, hd]
+    q: Vec<f32>, // [n, n_head, hd]
+    // [pos0 + n, n_head_kv, hd]: the earlier rows, then the new ones; the values a cache of
+    // cfg.kv.k holds (quantized and dequantized)
+    k: Vec<f32>,
+    v: Vec<f32>,    // [pos0 + n, n_head_kv, hd], likewise in cfg.kv.v
     want: Vec<f32>, // [n, n_head, hd]
     tol: Vec<f64>,  // [n, n_head, hd]
 }
 
 impl Problem {
-    fn new(n_head: usize, n_head_kv: usize, hd: usize, n: usize, pos0: usize) -> Problem {
+    fn new(
+        n_head: usize,
+        n_head_kv: usize,
+        hd: usize,
+        n: usize,
+        pos0: usize,
+        kv: KvTypes,
+    ) -> Result<Problem> {
         let cfg = AttentionConfig {
             n_head,
             n_head_kv,
             head_dim: hd,
             scale: 1.0 / (hd as f32).sqrt(),
             n_ctx: pos0 + n + SPARE_ROWS,
+            kv,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
         let q = rng.values(n * n_head * hd, 1.0);
-        let k = rng.values((pos0 + n) * row, 1.0);
-        let v = rng.values((pos0 + n) * row, 1.0);
+        let k = through(kv.k, &rng.values((pos0 + n) * row, 1.0))?;
+        let v = through(kv.v, &rng.values((pos0 + n) * row, 1.0))?;
         let mut want = vec![0.0; q.len()];
         // The shapes above are consistent, so the oracle's shape asserts hold.
         kernels_ref::attention(
@@ -77,7 +123,7 @@ impl Problem {
             tol: Vec::new(),
         };
         p.tol = p.tolerance();
-        p
+        Ok(p)
     }
 
     /// The bound described on [`Problem`], per element of `out`.
@@ -126,11 +172,17 @@ impl Problem {
         tol
     }
 
-    /// A cache `[n_ctx, n_head_kv, hd]` holding `src`'s first `rows` rows, NaN after.
-    fn cache(&self, ctx: &GpuContext, src: &[f32], rows: usize) -> Result<wgpu::Buffer> {
+    /// A cache `[n_ctx, n_head_kv, hd]` of type `ty` holding `src`'s first `rows` rows
+    /// (exactly: `src` went through `ty`), NaN after.
+    fn cache(
+        &self,
+        ctx: &GpuContext,
+        ty: KvType,
+        src: &[f32],
+        rows: usize,
+    ) -> Result<wgpu::Buffer> {
         let row = self.cfg.n_head_kv * self.cfg.head_dim;
-        let mut c = vec![f32::NAN; self.cfg.n_ctx * row];
-        c[..rows * row].copy_from_slice(&src[..rows * row]);
+        let c = cache_words(ty, &src[..rows * row], (self.cfg.n_ctx - rows) * row)?;
         kernels::upload_f32(ctx, "cache", &c)
     }
 
@@ -147,8 +199,8 @@ impl Problem {
         worst: &mut Worst,
     ) -> Result<()> {
         let (cfg, n, pos0) = (&self.cfg, self.n, self.pos0);
-        let k_cache = self.cache(ctx, &self.k, pos0 + n)?;
-        let v_cache = self.cache(ctx, &self.v, pos0 + n)?;
+        let k_cache = self.cache(ctx, cfg.kv.k, &self.k, pos0 + n)?;
+        let v_cache = self.cache(ctx, cfg.kv.v, &self.v, pos0 + n)?;
         let q = kernels::upload_f32(ctx, "q", &self.q)?;
         let out = poisoned(ctx, "out", &vec![f32::NAN; self.q.len()])?;
         let scratch_len = split_scratch_len(cfg, n, ATTENTION_CHUNK as usize);
@@ -176,19 +228,24 @@ impl Problem {
     }
 }
 
-/// Runs `cases` ((n_head, n_head_kv, head_dim, n_tokens, pos0, small grid)) on `path`.
+/// Runs `cases` ((n_head, n_head_kv, head_dim, n_tokens, pos0, small grid)) on `path` over
+/// caches of types `kv` (the cases whose head_dim the types do not allow are skipped).
 fn attention_cases(
     ctx: &GpuContext,
     ks: &mut Kernels,
     path: AttentionPath,
     keys: &[KernelKey],
+    kv: KvTypes,
     cases: &[(usize, usize, usize, usize, usize, bool)],
 ) -> Result<Worst> {
     let mut worst = Worst::new();
     let device_limit = ks.max_groups_per_dim;
     for &(nh, nkv, hd, n, pos0, grid) in cases {
+        if kv.check_head_dim(hd).is_err() {
+            continue;
+        }
         ks.max_groups_per_dim = device_limit;
-        let p = Problem::new(nh, nkv, hd, n, pos0);
+        let p = Problem::new(nh, nkv, hd, n, pos0, kv)?;
         p.run(ctx, ks, path, keys, grid, &mut worst)?;
     }
     Ok(worst)
@@ -201,22 +258,30 @@ pub(super) fn split_pair(
     ks: &mut Kernels,
     split: KernelKey,
     combine: KernelKey,
+    kv: KvTypes,
 ) -> Result<Worst> {
     let c = ATTENTION_CHUNK as usize;
     // GQA decode on a short context (one partial chunk); 128-dim heads whose three queries
     // end just before, at and just after a chunk boundary (the first query's last chunk is
     // empty); 256-dim heads (the largest) with a one-key last chunk; and on the small grid
-    // 80-dim heads (not a power of two) over two chunks.
+    // 80-dim heads (not a power of two) over two chunks (96-dim ones for the block types,
+    // whose heads are whole blocks).
     let cases = [
         (9, 3, 64, 1, 37, false),
         (4, 2, 128, 3, 2 * c - 2, false),
         (2, 1, 256, 1, c, false),
         (5, 1, 80, 2, 300, true),
+        (3, 1, 96, 2, 300, true),
     ];
-    attention_cases(ctx, ks, AttentionPath::Split, &[split, combine], &cases)
+    attention_cases(ctx, ks, AttentionPath::Split, &[split, combine], kv, &cases)
 }
 
-pub(super) fn prefill(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+pub(super) fn prefill(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    key: KernelKey,
+    kv: KvTypes,
+) -> Result<Worst> {
     // Token counts that are not a multiple of the query tile, from position 0 and after an
     // earlier context; head dims 64, 128, 4 (the smallest) and 192 (a tile of 10 queries);
     // the small-grid case with 80-dim heads and one kv head for five heads.
@@ -226,20 +291,35 @@ pub(super) fn prefill(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Res
         (3, 3, 4, 21, 5, false),
         (2, 2, 192, 9, 11, false),
         (5, 1, 80, 18, 37, true),
+        (3, 1, 96, 18, 37, true),
     ];
-    attention_cases(ctx, ks, AttentionPath::Prefill, &[key], &cases)
+    attention_cases(ctx, ks, AttentionPath::Prefill, &[key], kv, &cases)
 }
 
-pub(super) fn kv_store(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+/// The store of one cache type `ty` (the K and the V launch both use it): the new rows must
+/// be kernels-ref's bytes, every other byte untouched.
+pub(super) fn kv_store(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    key: KernelKey,
+    ty: KvType,
+) -> Result<Worst> {
     let mut worst = Worst::new();
     let device_limit = ks.max_groups_per_dim;
     // (n_head_kv, head_dim, n_tokens, pos0, small grid): one token after a context, a prompt
-    // at position 0 (rows of 4 f32), and many tokens on the small grid.
+    // at position 0 (rows of 4 values), many tokens on the small grid (enough block pairs for
+    // three workgroups of 256), and rows of an odd
+    // number of blocks starting mid-pair (the block types write pairs of blocks).
     for (nkv, hd, n, pos0, grid) in [
         (3, 64, 1, 37, false),
         (1, 4, 23, 0, false),
-        (2, 128, 10, 10, true),
+        (2, 128, 200, 10, true),
+        (1, 32, 5, 3, false),
+        (3, 32, 3, 5, false),
     ] {
+        if ty.check_head_dim(hd).is_err() {
+            continue;
+        }
         ks.max_groups_per_dim = device_limit;
         let cfg = AttentionConfig {
             n_head: nkv,
@@ -247,28 +327,33 @@ pub(super) fn kv_store(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Re
             head_dim: hd,
             scale: 1.0,
             n_ctx: pos0 + n + SPARE_ROWS,
+            kv: KvTypes { k: ty, v: ty },
         };
         let row = nkv * hd;
         let mut rng = Rng(0x57 ^ (row * 977 + n * 31 + pos0) as u64);
-        // [n_ctx, n_head_kv, hd] each: the earlier rows filled, the rest NaN; the kernel must
-        // write exactly rows pos0..pos0 + n.
-        let want_k = rng.values((pos0 + n) * row, 2.0);
-        let want_v = rng.values((pos0 + n) * row, 2.0);
-        let init = |src: &[f32]| {
-            let mut c = vec![f32::NAN; cfg.n_ctx * row];
-            c[..pos0 * row].copy_from_slice(&src[..pos0 * row]);
-            c
-        };
-        let kc = poisoned(ctx, "k_cache", &init(&want_k))?;
-        let vc = poisoned(ctx, "v_cache", &init(&want_v))?;
-        let kb = kernels::upload_f32(ctx, "k", &want_k[pos0 * row..])?; // [n, n_head_kv, hd]
-        let vb = kernels::upload_f32(ctx, "v", &want_v[pos0 * row..])?; // [n, n_head_kv, hd]
+        // [pos0 + n, n_head_kv, hd] each; the caches hold the earlier rows, then 0xff bytes
+        // (NaN) that the kernel must overwrite exactly for rows pos0..pos0 + n.
+        let new_k = rng.values((pos0 + n) * row, 2.0);
+        let new_v = rng.values((pos0 + n) * row, 2.0);
+        let spare = (cfg.n_ctx - pos0) * row;
+        let kc = poisoned(
+            ctx,
+            "k_cache",
+            &cache_words(ty, &new_k[..pos0 * row], spare)?,
+        )?;
+        let vc = poisoned(
+            ctx,
+            "v_cache",
+            &cache_words(ty, &new_v[..pos0 * row], spare)?,
+        )?;
+        let kb = kernels::upload_f32(ctx, "k", &new_k[pos0 * row..])?; // [n, n_head_kv, hd]
+        let vb = kernels::upload_f32(ctx, "v", &new_v[pos0 * row..])?; // [n, n_head_kv, hd]
         let plan = |ks: &Kernels| ks.kv_store_launch(&kb, &vb, &kc, &vc, &cfg, n, pos0);
         if grid {
             ks.max_groups_per_dim = small_grid(&plan(ks)?)?;
         }
         let launches = plan(ks)?;
-        if launches.len() != 1 {
+        if launches.len() != 2 {
             worst.fail();
         }
         let ds = launches
@@ -276,12 +361,18 @@ pub(super) fn kv_store(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Re
             .map(|l| prepare(ctx, ks, l, key))
             .collect::<Result<Vec<Dispatch>>>()?;
         kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
-        for (buf, want) in [(&kc, &want_k), (&vc, &want_v)] {
-            let got = read_guarded(ctx, buf, cfg.n_ctx * row, &mut worst)?;
+        for (buf, src) in [(&kc, &new_k), (&vc, &new_v)] {
+            let want = bytes_of(&cache_words(ty, src, spare - n * row)?);
+            let got = bytes_of(&read_guarded(ctx, buf, want.len() / 4, &mut worst)?);
+            // The values decoded from both (exact), and the bytes themselves (the padding
+            // after the last position included: it must still be 0xff).
             let end = (pos0 + n) * row;
-            // A copy: exact. The rows after must still be NaN.
-            worst.add_all(&got[..end], &want[..end], |_| 0.0);
-            if !got[end..].iter().all(|v| v.is_nan()) {
+            let mut g = vec![0.0; end];
+            let mut w = vec![0.0; end];
+            ty.dequantize_into(&got[..ty.bytes(end)], &mut g);
+            ty.dequantize_into(&want[..ty.bytes(end)], &mut w);
+            worst.add_all(&g, &w, |_| 0.0);
+            if got != want {
                 worst.fail();
             }
         }

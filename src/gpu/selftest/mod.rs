@@ -93,10 +93,12 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::RmsNormQuant { .. } => ("rmsnorm_quant", reduction.to_string()),
         KernelKey::SwigluQuant => ("swiglu_quant", "-".into()),
         KernelKey::AddBias => ("add_bias", "-".into()),
-        KernelKey::KvStore => ("kv_store", "-".into()),
-        KernelKey::AttentionSplit { .. } => ("attention_split", reduction.to_string()),
+        KernelKey::KvStore { ty } => ("kv_store", ty.name().into()),
+        KernelKey::AttentionSplit { kv, .. } => {
+            ("attention_split", format!("{reduction} {}", kv.signature()))
+        }
         KernelKey::AttentionCombine { .. } => ("attention_combine", reduction.to_string()),
-        KernelKey::AttentionPrefill => ("attention_prefill", "-".into()),
+        KernelKey::AttentionPrefill { kv } => ("attention_prefill", kv.signature()),
         KernelKey::BandwidthProbe => ("bandwidth_probe", "-".into()),
     };
     (kernel.to_string(), variant)
@@ -297,16 +299,24 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::Embedding { ty, .. } => checks::embedding(ctx, ks, key, ty),
         KernelKey::Matmul { ty } => checks_prefill::matmul(ctx, ks, key, ty),
         KernelKey::AddBias => checks_prefill::add_bias(ctx, ks, key),
-        KernelKey::KvStore => checks_attention::kv_store(ctx, ks, key),
+        KernelKey::KvStore { ty } => checks_attention::kv_store(ctx, ks, key, ty),
         // The split path is one pair of launches (split, then combine over its scratch):
-        // neither half has an oracle of its own, so both rows run and judge the pair.
-        KernelKey::AttentionSplit { subgroup } => {
-            checks_attention::split_pair(ctx, ks, key, KernelKey::AttentionCombine { subgroup })
+        // neither half has an oracle of its own, so both rows run and judge the pair (the
+        // combine row with the f32 caches; the split rows per cache type pair).
+        KernelKey::AttentionSplit { subgroup, kv } => {
+            checks_attention::split_pair(ctx, ks, key, KernelKey::AttentionCombine { subgroup }, kv)
         }
-        KernelKey::AttentionCombine { subgroup } => {
-            checks_attention::split_pair(ctx, ks, KernelKey::AttentionSplit { subgroup }, key)
-        }
-        KernelKey::AttentionPrefill => checks_attention::prefill(ctx, ks, key),
+        KernelKey::AttentionCombine { subgroup } => checks_attention::split_pair(
+            ctx,
+            ks,
+            KernelKey::AttentionSplit {
+                subgroup,
+                kv: crate::kv_type::KvTypes::F32,
+            },
+            key,
+            crate::kv_type::KvTypes::F32,
+        ),
+        KernelKey::AttentionPrefill { kv } => checks_attention::prefill(ctx, ks, key, kv),
         // The row layouts and the 8-bit path are chosen per launch by `Kernels` fields: set
         // them for the variant under test (run_selftest restores the defaults).
         KernelKey::MatvecRows { ty } => {
