@@ -47,6 +47,34 @@ fn median(mut v: Vec<Duration>) -> Duration {
     v[v.len() / 2]
 }
 
+/// This thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`), with MEMWALL_BENCH_CPUTIME=1: on a
+/// machine shared with other jobs, time spent descheduled does not count, so a single-threaded
+/// (RAYON_NUM_THREADS=1) A/B comparison of two kernels is steady. None elsewhere.
+#[cfg(target_os = "linux")]
+fn cpu_time() -> Option<Duration> {
+    #[repr(C)]
+    struct Timespec {
+        sec: i64,
+        nsec: i64,
+    }
+    extern "C" {
+        fn clock_gettime(clock: i32, tp: *mut Timespec) -> i32;
+    }
+    const CLOCK_THREAD_CPUTIME_ID: i32 = 3;
+    if !std::env::var("MEMWALL_BENCH_CPUTIME").is_ok_and(|s| s == "1") {
+        return None;
+    }
+    let mut ts = Timespec { sec: 0, nsec: 0 };
+    // SAFETY: clock_gettime writes one timespec (two 64-bit fields on 64-bit Linux) to `ts`.
+    let rc = unsafe { clock_gettime(CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    (rc == 0).then(|| Duration::new(ts.sec as u64, ts.nsec as u32))
+}
+
+#[cfg(not(target_os = "linux"))]
+fn cpu_time() -> Option<Duration> {
+    None
+}
+
 /// Median time of `f` over `reps` runs after 2 warm-up runs.
 fn time(reps: usize, mut f: impl FnMut()) -> Duration {
     f();
@@ -54,9 +82,12 @@ fn time(reps: usize, mut f: impl FnMut()) -> Duration {
     median(
         (0..reps)
             .map(|_| {
-                let t = Instant::now();
+                let (t, c) = (Instant::now(), cpu_time());
                 f();
-                t.elapsed()
+                match (c, cpu_time()) {
+                    (Some(a), Some(b)) => b - a,
+                    _ => t.elapsed(),
+                }
             })
             .collect(),
     )
@@ -209,6 +240,10 @@ fn main() {
         real_model();
     }
     synthetic(Isa::best());
+    // --avx2: the AVX2 kernels too when the best is AVX-VNNI, to compare the two.
+    if Isa::best() == Isa::AvxVnni && std::env::args().any(|a| a == "--avx2") {
+        synthetic(Isa::Avx2);
+    }
     if std::env::args().any(|a| a == "--scalar") {
         synthetic(Isa::Scalar);
     }

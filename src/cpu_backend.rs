@@ -275,6 +275,40 @@ impl CpuBackend {
         self.f32_activations = on;
     }
 
+    fn mat(&self, w: WeightId) -> Result<MatRef> {
+        self.mats.get(&w).copied().ok_or_else(|| Error::Tensor {
+            name: w.tensor_name(),
+            msg: "is not a matrix of this model".into(),
+        })
+    }
+
+    /// outs[i]: [n, rows_i] = x: [n, cols] · ws[i]ᵀ for weights sharing the input (Q/K/V,
+    /// gate/up), as one `cpu::matmul_many` call: one activation quantization and one parallel
+    /// region for all of them. (Not for `f32_activations`, which keeps one matmul each.)
+    fn matmul_many(
+        &mut self,
+        ws: &[WeightId],
+        x: &[f32],
+        n: usize,
+        outs: &mut [&mut Vec<f32>],
+    ) -> Result<()> {
+        let bytes = self.gguf.bytes();
+        let mut views = Vec::with_capacity(ws.len());
+        let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
+        for (&w, out) in ws.iter().zip(outs.iter_mut()) {
+            let m = self.mat(w)?;
+            views.push(WeightView::new(
+                m.ty,
+                &bytes[m.offset..m.offset + m.n_bytes],
+                m.rows,
+                m.cols,
+            )?);
+            ys.push(&mut out[..n * m.rows]);
+        }
+        let cols = views.first().map_or(0, |v| v.cols);
+        crate::cpu::matmul_many(&views, &x[..n * cols], n, &mut ys, &mut self.mm)
+    }
+
     fn vec(&self, id: WeightId) -> Result<&[f32]> {
         self.vecs
             .get(&id)
@@ -346,10 +380,7 @@ impl Backend for CpuBackend {
     }
 
     fn matmul(&mut self, w: WeightId, x: &Vec<f32>, n: usize, out: &mut Vec<f32>) -> Result<()> {
-        let m = self.mats.get(&w).copied().ok_or_else(|| Error::Tensor {
-            name: w.tensor_name(),
-            msg: "is not a matrix of this model".into(),
-        })?;
+        let m = self.mat(w)?;
         let data = &self.gguf.bytes()[m.offset..m.offset + m.n_bytes];
         if self.f32_activations {
             return matmul_f32_act(
@@ -370,6 +401,40 @@ impl Backend for CpuBackend {
             &mut out[..n * m.rows],
             &mut self.mm,
         )
+    }
+
+    fn matmul_qkv(
+        &mut self,
+        l: usize,
+        x: &Vec<f32>,
+        n: usize,
+        q: &mut Vec<f32>,
+        k: &mut Vec<f32>,
+        v: &mut Vec<f32>,
+    ) -> Result<()> {
+        use WeightId::{Wk, Wq, Wv};
+        if self.f32_activations {
+            self.matmul(Wq(l), x, n, q)?;
+            self.matmul(Wk(l), x, n, k)?;
+            return self.matmul(Wv(l), x, n, v);
+        }
+        self.matmul_many(&[Wq(l), Wk(l), Wv(l)], x, n, &mut [q, k, v])
+    }
+
+    fn matmul_gate_up(
+        &mut self,
+        l: usize,
+        x: &Vec<f32>,
+        n: usize,
+        g: &mut Vec<f32>,
+        u: &mut Vec<f32>,
+    ) -> Result<()> {
+        use WeightId::{Gate, Up};
+        if self.f32_activations {
+            self.matmul(Gate(l), x, n, g)?;
+            return self.matmul(Up(l), x, n, u);
+        }
+        self.matmul_many(&[Gate(l), Up(l)], x, n, &mut [g, u])
     }
 
     fn add_bias(&mut self, bias: WeightId, x: &mut Vec<f32>, n: usize) -> Result<()> {

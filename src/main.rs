@@ -162,6 +162,9 @@ enum Command {
     BenchKernels(BenchKernelsArgs),
     /// Write a synthetic llama-architecture GGUF with random weights at real layer widths.
     Synth(SynthArgs),
+    /// Rewrite a GGUF with every weight matrix requantized (kernels-ref) to one type, to
+    /// compare formats on the same model.
+    Quantize(QuantizeArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
     /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
     Selftest {
@@ -231,6 +234,19 @@ struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+}
+
+#[derive(Args)]
+struct QuantizeArgs {
+    /// Source GGUF.
+    #[arg(short = 'm', long)]
+    model: PathBuf,
+    /// Output GGUF file.
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// Target type of every matrix: q4_0, q4_1, q5_0, q5_1, q8_0, f16, f32.
+    #[arg(long = "type")]
+    ty: String,
 }
 
 #[derive(Args)]
@@ -491,6 +507,18 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         Command::Bench(a) => bench(a),
         Command::BenchKernels(a) => bench_kernels(a),
         Command::Synth(a) => synth(a),
+        Command::Quantize(a) => {
+            let ty = memwall::bench::requant::parse_target(&a.ty)?;
+            let r = memwall::bench::requant::requantize(&a.model, &a.output, ty)?;
+            println!(
+                "wrote {}: {} matrices as {ty}, {} tensors copied, {} bytes",
+                a.output.display(),
+                r.converted,
+                r.copied,
+                r.file_bytes
+            );
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 

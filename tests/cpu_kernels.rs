@@ -26,7 +26,7 @@ const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16
 const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
 
 fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2]
+    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni]
         .into_iter()
         .filter(|i| i.available())
         .collect()
@@ -176,6 +176,32 @@ fn scalar_and_avx2_agree() {
     }
 }
 
+/// The AVX-VNNI kernels compute the very integer sums of the AVX2 ones (one `vpdpbusd` for
+/// `maddubs` + `madd`) and the same float steps after them: results are bit-identical.
+#[test]
+fn avx_vnni_equals_avx2() {
+    if !Isa::AvxVnni.available() {
+        eprintln!("no AVX-VNNI on this CPU: the AVX2 and scalar paths are checked above");
+        return;
+    }
+    for ty in QUANT_TYPES {
+        for n in [1usize, 5, 8, 11] {
+            let cols = col_cases(ty)[2];
+            let rows = 37;
+            let mut rng = Rng::new(11 + n as u64);
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let x = rng.activations(n * cols);
+            let w = WeightView::new(ty, &data, rows, cols).unwrap();
+            let mut ya = vec![f32::NAN; n * rows];
+            let mut yv = vec![f32::NAN; n * rows];
+            let mut scratch = MatmulScratch::default();
+            cpu::matmul_with(Isa::Avx2, &w, &x, n, &mut ya, &mut scratch).unwrap();
+            cpu::matmul_with(Isa::AvxVnni, &w, &x, n, &mut yv, &mut scratch).unwrap();
+            assert_eq!(ya, yv, "{ty} {rows}x{cols} n={n}");
+        }
+    }
+}
+
 /// One scratch reused across shapes and formats (as the model does) gives the same results as
 /// fresh scratch.
 #[test]
@@ -199,6 +225,55 @@ fn scratch_reuse_across_shapes() {
         cpu::matmul(&w, &x, n, &mut y1, &mut scratch).unwrap();
         cpu::matmul(&w, &x, n, &mut y2, &mut MatmulScratch::default()).unwrap();
         assert_eq!(y1, y2, "{ty} {rows}x{cols} n={n}");
+    }
+}
+
+/// `matmul_many` (one activation quantization, one parallel region for several weights) gives
+/// the very values of one `matmul` per weight: mixed formats, a float weight (per-weight
+/// fallback), one token (decode) and several tiles (prefill), sizes both below and above the
+/// single-thread threshold.
+#[test]
+fn matmul_many_equals_separate_matmuls() {
+    let sets: [&[(GgmlType, usize)]; 3] = [
+        &[
+            (GgmlType::Q4_1, 576),
+            (GgmlType::Q4_1, 192),
+            (GgmlType::Q4_1, 192),
+        ],
+        &[
+            (GgmlType::Q8_0, 37),
+            (GgmlType::Q6_K, 70),
+            (GgmlType::Q4_0, 5),
+        ],
+        &[(GgmlType::Q4_0, 300), (GgmlType::F16, 40)],
+    ];
+    for isa in isas() {
+        for (si, set) in sets.iter().enumerate() {
+            let cols = 512;
+            for n in [1usize, 3, 17] {
+                let mut rng = Rng::new(300 + si as u64);
+                let data: Vec<Vec<u8>> = set
+                    .iter()
+                    .map(|&(ty, rows)| random_weights(&mut rng, ty, rows, cols))
+                    .collect();
+                let ws: Vec<WeightView> = set
+                    .iter()
+                    .zip(&data)
+                    .map(|(&(ty, rows), d)| WeightView::new(ty, d, rows, cols).unwrap())
+                    .collect();
+                let x = rng.activations(n * cols);
+                let mut scratch = MatmulScratch::default();
+                let mut fused: Vec<Vec<f32>> =
+                    set.iter().map(|&(_, r)| vec![f32::NAN; n * r]).collect();
+                let mut outs: Vec<&mut [f32]> = fused.iter_mut().map(|v| &mut v[..]).collect();
+                cpu::matmul_many_with(isa, &ws, &x, n, &mut outs, &mut scratch).unwrap();
+                for (w, got) in ws.iter().zip(&fused) {
+                    let mut want = vec![f32::NAN; n * w.rows];
+                    cpu::matmul_with(isa, w, &x, n, &mut want, &mut scratch).unwrap();
+                    assert_eq!(got, &want, "{isa:?} set {si} {} n={n}", w.ty);
+                }
+            }
+        }
     }
 }
 

@@ -58,6 +58,7 @@ pub mod bandwidth;
 pub mod kernels;
 pub mod plot;
 pub mod report;
+pub mod requant;
 pub mod synth;
 
 use std::path::Path;

@@ -53,6 +53,20 @@ pub fn attention(
     )
 }
 
+/// The float format whose cache rows the AVX2 scan reads directly (F16 widened by F16C, 8
+/// values per instruction, instead of a table lookup per value into a buffer); `None` for
+/// the 8-bit and 4-bit caches or without AVX2/FMA/F16C.
+fn simd_format(ty: KvType) -> Option<super::FloatFormat> {
+    if !super::Isa::Avx2.available() {
+        return None;
+    }
+    match ty {
+        KvType::F32 => Some(super::FloatFormat::F32),
+        KvType::F16 => Some(super::FloatFormat::F16),
+        _ => None,
+    }
+}
+
 /// [`attention`] over caches of any type: each key (value) head slice is decoded from its
 /// blocks when the scan reaches it. Requires hd to be a whole number of blocks of both types.
 #[allow(clippy::too_many_arguments)]
@@ -97,6 +111,7 @@ pub fn attention_kv(
         return Ok(());
     }
     let group = n_head / n_kv_head;
+    let (kf, vf) = (simd_format(k.ty), simd_format(v.ty));
     // Bytes per cache row and per head slice of a row.
     let (k_row, k_head) = (k.ty.bytes(n_kv_head * hd), k.ty.bytes(hd));
     let (v_row, v_head) = (v.ty.bytes(n_kv_head * hd), v.ty.bytes(hd));
@@ -109,15 +124,33 @@ pub fn attention_kv(
         buf.resize(hd, 0.0);
         scores.clear();
         for j in 0..n {
-            k.ty.dequantize_into(&k.data[j * k_row + g * k_head..][..k_head], buf);
-            scores.push(scale * dot(qh, buf));
+            let kb = &k.data[j * k_row + g * k_head..][..k_head];
+            let s = match kf {
+                // SAFETY: simd_format returned Some only after checking AVX2/FMA/F16C; kb
+                // holds hd values of the cache type.
+                #[cfg(target_arch = "x86_64")]
+                Some(ff) => unsafe { super::avx2_float::kv_dot(ff, qh, kb) },
+                _ => {
+                    k.ty.dequantize_into(kb, buf);
+                    dot(qh, buf)
+                }
+            };
+            scores.push(scale * s);
         }
         super::ops::softmax(scores);
         o.fill(0.0);
         for (j, &pj) in scores.iter().enumerate() {
-            v.ty.dequantize_into(&v.data[j * v_row + g * v_head..][..v_head], buf);
-            for (ov, &x) in o.iter_mut().zip(buf.iter()) {
-                *ov += pj * x;
+            let vb = &v.data[j * v_row + g * v_head..][..v_head];
+            match vf {
+                // SAFETY: as for the keys.
+                #[cfg(target_arch = "x86_64")]
+                Some(ff) => unsafe { super::avx2_float::kv_axpy(ff, pj, vb, o) },
+                _ => {
+                    v.ty.dequantize_into(vb, buf);
+                    for (ov, &x) in o.iter_mut().zip(buf.iter()) {
+                        *ov += pj * x;
+                    }
+                }
             }
         }
     };

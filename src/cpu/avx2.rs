@@ -28,6 +28,10 @@ pub(crate) trait FormatAvx2: Format {
     /// # Safety
     /// AVX2/FMA/F16C must be available; `blk.len() == Self::BYTES`, `c < BLOCK / 32`.
     unsafe fn unpack_avx2(blk: &[u8], p: &Self::P, c: usize) -> V;
+    /// Every chunk's `mul` is 1, so the AVX-VNNI kernels may use one `vpdpbusd` (u8 x i8 summed
+    /// four at a time into i32, no i16 step) for `maddubs` + `madd` by ones: the same sums,
+    /// since the i16 pairs cannot saturate (see the module comment).
+    const UNIT_MUL: bool = true;
     /// `Format::params` with F16C conversions.
     /// # Safety
     /// As `unpack_avx2`.
@@ -233,6 +237,7 @@ fn k_common(qs: &[u8], c: usize, p: &KParams) -> (__m256i, V) {
     (u, v(u, mul2(s, s), p.d, [-p.dmin * p.m[c] as f32; 2]))
 }
 impl FormatAvx2 for f::Q4_K {
+    const UNIT_MUL: bool = false;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn params_avx2(blk: &[u8]) -> Self::P {
@@ -245,6 +250,7 @@ impl FormatAvx2 for f::Q4_K {
     }
 }
 impl FormatAvx2 for f::Q5_K {
+    const UNIT_MUL: bool = false;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn params_avx2(blk: &[u8]) -> Self::P {
@@ -260,6 +266,7 @@ impl FormatAvx2 for f::Q5_K {
     }
 }
 impl FormatAvx2 for f::Q6_K {
+    const UNIT_MUL: bool = false;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn params_avx2(blk: &[u8]) -> Self::P {
@@ -285,6 +292,7 @@ impl FormatAvx2 for f::Q6_K {
     }
 }
 impl FormatAvx2 for f::Q2_K {
+    const UNIT_MUL: bool = false;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn params_avx2(blk: &[u8]) -> Self::P {
@@ -301,6 +309,7 @@ impl FormatAvx2 for f::Q2_K {
     }
 }
 impl FormatAvx2 for f::Q3_K {
+    const UNIT_MUL: bool = false;
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn params_avx2(blk: &[u8]) -> Self::P {
@@ -376,132 +385,168 @@ fn flush_corr<const T: usize>(
     }
 }
 
-/// out[t] = row · x[t0 + t] for `T` tokens. `row` holds whole blocks of `F`.
-///
-/// # Safety
-/// AVX2/FMA/F16C must be available.
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
-    rows: &[u8],
-    rb: usize,
-    act: &QAct,
-    t0: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
-    let cpb = F::BLOCK / 32;
-    let nch = rb / F::BYTES * cpb;
-    // Raw pointers for the hot loop, checked once here: chunk ci < nch reads qs[32ci..32ci+32]
-    // and d[ci].
-    let mut qp = [std::ptr::null::<i8>(); T];
-    let mut dp = [std::ptr::null::<f32>(); T];
-    // Offsets pair with half sums (xs16) for formats whose halves differ, else with chunk sums.
-    let mut xs: [&[f32]; T] = [&[]; T];
-    for t in 0..T {
-        let (q, d, x16) = act.token(t0 + t);
-        let x = if F::SPLIT { x16 } else { act.xs32(t0 + t) };
-        let per = if F::SPLIT { 2 } else { 1 };
-        assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= per * nch);
-        qp[t] = q.as_ptr();
-        dp[t] = d.as_ptr();
-        xs[t] = x;
-    }
-    for (r, row) in rows.chunks_exact(rb).enumerate() {
-        let o = &mut out[r * stride..r * stride + T];
-        dot_q_row::<F, T>(row, &qp, &dp, &xs, o);
-    }
-}
-
-/// One row of `dot_q_t`; `qp`, `dp`, `xs` were checked against the row's chunk count there.
+/// i32 sums of u8 x i8 products by pairs, times the per-half multipliers (AVX2).
 #[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
-    row: &[u8],
-    qp: &[*const i8; T],
-    dp: &[*const f32; T],
-    xs: &[&[f32]; T],
-    out: &mut [f32],
-) {
-    let cpb = F::BLOCK / 32;
-    let mut acc = [_mm256_setzero_ps(); T];
-    let mut corr = [_mm256_setzero_ps(); T];
-    // Offsets per chunk stored in cbuf, and chunks per flush.
-    let per = if F::SPLIT { 2 } else { 1 };
-    let ch = 2 * SEG / per;
-    let mut cbuf = [0f32; 2 * SEG];
-    let mut ci = 0;
-    for blk in row.chunks_exact(F::BYTES) {
-        // SAFETY: features checked by the dispatcher; blk is one whole block.
-        let p = unsafe { F::params_avx2(blk) };
-        for c in 0..cpb {
-            // SAFETY: as above, and c < cpb.
-            let v = unsafe { F::unpack_avx2(blk, &p, c) };
-            let (u, s) = if F::SIGNED {
-                (_mm256_sign_epi8(v.u, v.u), v.u)
-            } else {
-                (v.u, v.u)
-            };
-            for t in 0..T {
-                // SAFETY: ci < nch, and the lengths were asserted above.
-                let (x, dx) = unsafe {
-                    (
-                        _mm256_loadu_si256(qp[t].add(ci * 32) as *const __m256i),
-                        *dp[t].add(ci),
-                    )
-                };
-                let x = if F::SIGNED { _mm256_sign_epi8(x, s) } else { x };
-                let prod = _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), v.mul);
-                acc[t] =
-                    _mm256_fmadd_ps(_mm256_cvtepi32_ps(prod), _mm256_set1_ps(v.dw * dx), acc[t]);
-            }
-            if !F::SIGNED {
-                let k = ci % ch;
-                cbuf[per * k] = v.c[0];
-                if F::SPLIT {
-                    cbuf[per * k + 1] = v.c[1];
-                }
-                if k == ch - 1 {
-                    flush_corr(&cbuf, 2 * SEG, xs, per * (ci + 1 - ch), &mut corr);
-                }
-            }
-            ci += 1;
-        }
-    }
-    if !F::SIGNED && ci % ch != 0 {
-        flush_corr(&cbuf, per * (ci % ch), xs, per * (ci - ci % ch), &mut corr);
-    }
-    for t in 0..T {
-        out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
+#[target_feature(enable = "avx2")]
+fn mad_avx2(u: __m256i, x: __m256i, mul: __m256i, _unit: bool) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), mul)
+}
+
+/// `mad_avx2` with one AVX-VNNI instruction when the multipliers are all 1; the same i32 lanes
+/// (lane k sums products 4k..4k+4, as madd(maddubs) does).
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn mad_vnni(u: __m256i, x: __m256i, mul: __m256i, unit: bool) -> __m256i {
+    if unit {
+        _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, x)
+    } else {
+        _mm256_madd_epi16(_mm256_maddubs_epi16(u, x), mul)
     }
 }
 
-/// out[r * stride + t] = rows[r] · x[t0 + t] for every row of `rb` bytes in `rows` and
-/// `nt` (1..=TILE) tokens.
-///
-/// # Safety
-/// AVX2/FMA/F16C must be available.
-pub(crate) unsafe fn dot_q<F: FormatAvx2>(
-    rows: &[u8],
-    rb: usize,
-    act: &QAct,
-    t0: usize,
-    nt: usize,
-    out: &mut [f32],
-    stride: usize,
-) {
-    // SAFETY: forwarded from the caller.
-    unsafe {
-        match nt {
-            1 => dot_q_t::<F, 1>(rows, rb, act, t0, out, stride),
-            2 => dot_q_t::<F, 2>(rows, rb, act, t0, out, stride),
-            3 => dot_q_t::<F, 3>(rows, rb, act, t0, out, stride),
-            4 => dot_q_t::<F, 4>(rows, rb, act, t0, out, stride),
-            5 => dot_q_t::<F, 5>(rows, rb, act, t0, out, stride),
-            6 => dot_q_t::<F, 6>(rows, rb, act, t0, out, stride),
-            7 => dot_q_t::<F, 7>(rows, rb, act, t0, out, stride),
-            _ => dot_q_t::<F, TILE>(rows, rb, act, t0, out, stride),
+/// The integer-dot kernels, stamped out once per instruction set: target features are per
+/// function, so the AVX-VNNI copy must be its own code (compiled with `avxvnni` enabled), and
+/// the AVX2 copy must never be (it runs on CPUs without VNNI).
+macro_rules! dot_q_kernels {
+    ($m:ident, $feat:literal, $mad:ident) => {
+        pub(crate) mod $m {
+            use super::*;
+
+            /// out[t] = row · x[t0 + t] for `T` tokens. `row` holds whole blocks of `F`.
+            ///
+            /// # Safety
+            /// AVX2/FMA/F16C must be available.
+            #[target_feature(enable = $feat)]
+            unsafe fn dot_q_t<F: FormatAvx2, const T: usize>(
+                rows: &[u8],
+                rb: usize,
+                act: &QAct,
+                t0: usize,
+                out: &mut [f32],
+                stride: usize,
+            ) {
+                let cpb = F::BLOCK / 32;
+                let nch = rb / F::BYTES * cpb;
+                // Raw pointers for the hot loop, checked once here: chunk ci < nch reads qs[32ci..32ci+32]
+                // and d[ci].
+                let mut qp = [std::ptr::null::<i8>(); T];
+                let mut dp = [std::ptr::null::<f32>(); T];
+                // Offsets pair with half sums (xs16) for formats whose halves differ, else with chunk sums.
+                let mut xs: [&[f32]; T] = [&[]; T];
+                for t in 0..T {
+                    let (q, d, x16) = act.token(t0 + t);
+                    let x = if F::SPLIT { x16 } else { act.xs32(t0 + t) };
+                    let per = if F::SPLIT { 2 } else { 1 };
+                    assert!(q.len() >= nch * 32 && d.len() >= nch && x.len() >= per * nch);
+                    qp[t] = q.as_ptr();
+                    dp[t] = d.as_ptr();
+                    xs[t] = x;
+                }
+                for (r, row) in rows.chunks_exact(rb).enumerate() {
+                    let o = &mut out[r * stride..r * stride + T];
+                    dot_q_row::<F, T>(row, &qp, &dp, &xs, o);
+                }
+            }
+
+            /// One row of `dot_q_t`; `qp`, `dp`, `xs` were checked against the row's chunk count there.
+            #[inline]
+            #[target_feature(enable = $feat)]
+            unsafe fn dot_q_row<F: FormatAvx2, const T: usize>(
+                row: &[u8],
+                qp: &[*const i8; T],
+                dp: &[*const f32; T],
+                xs: &[&[f32]; T],
+                out: &mut [f32],
+            ) {
+                let cpb = F::BLOCK / 32;
+                let mut acc = [_mm256_setzero_ps(); T];
+                let mut corr = [_mm256_setzero_ps(); T];
+                // Offsets per chunk stored in cbuf, and chunks per flush.
+                let per = if F::SPLIT { 2 } else { 1 };
+                let ch = 2 * SEG / per;
+                let mut cbuf = [0f32; 2 * SEG];
+                let mut ci = 0;
+                for blk in row.chunks_exact(F::BYTES) {
+                    // SAFETY: features checked by the dispatcher; blk is one whole block.
+                    let p = unsafe { F::params_avx2(blk) };
+                    for c in 0..cpb {
+                        // SAFETY: as above, and c < cpb.
+                        let v = unsafe { F::unpack_avx2(blk, &p, c) };
+                        let (u, s) = if F::SIGNED {
+                            (_mm256_sign_epi8(v.u, v.u), v.u)
+                        } else {
+                            (v.u, v.u)
+                        };
+                        for t in 0..T {
+                            // SAFETY: ci < nch, and the lengths were asserted above.
+                            let (x, dx) = unsafe {
+                                (
+                                    _mm256_loadu_si256(qp[t].add(ci * 32) as *const __m256i),
+                                    *dp[t].add(ci),
+                                )
+                            };
+                            let x = if F::SIGNED { _mm256_sign_epi8(x, s) } else { x };
+                            let prod = $mad(u, x, v.mul, F::UNIT_MUL);
+                            acc[t] = _mm256_fmadd_ps(
+                                _mm256_cvtepi32_ps(prod),
+                                _mm256_set1_ps(v.dw * dx),
+                                acc[t],
+                            );
+                        }
+                        if !F::SIGNED {
+                            let k = ci % ch;
+                            cbuf[per * k] = v.c[0];
+                            if F::SPLIT {
+                                cbuf[per * k + 1] = v.c[1];
+                            }
+                            if k == ch - 1 {
+                                flush_corr(&cbuf, 2 * SEG, xs, per * (ci + 1 - ch), &mut corr);
+                            }
+                        }
+                        ci += 1;
+                    }
+                }
+                if !F::SIGNED && ci % ch != 0 {
+                    flush_corr(&cbuf, per * (ci % ch), xs, per * (ci - ci % ch), &mut corr);
+                }
+                for t in 0..T {
+                    out[t] = hsum(_mm256_add_ps(acc[t], corr[t]));
+                }
+            }
+
+            /// out[r * stride + t] = rows[r] · x[t0 + t] for every row of `rb` bytes in `rows` and
+            /// `nt` (1..=TILE) tokens.
+            ///
+            /// # Safety
+            /// AVX2/FMA/F16C must be available.
+            pub(crate) unsafe fn dot_q<F: FormatAvx2>(
+                rows: &[u8],
+                rb: usize,
+                act: &QAct,
+                t0: usize,
+                nt: usize,
+                out: &mut [f32],
+                stride: usize,
+            ) {
+                // SAFETY: forwarded from the caller.
+                unsafe {
+                    match nt {
+                        1 => dot_q_t::<F, 1>(rows, rb, act, t0, out, stride),
+                        2 => dot_q_t::<F, 2>(rows, rb, act, t0, out, stride),
+                        3 => dot_q_t::<F, 3>(rows, rb, act, t0, out, stride),
+                        4 => dot_q_t::<F, 4>(rows, rb, act, t0, out, stride),
+                        5 => dot_q_t::<F, 5>(rows, rb, act, t0, out, stride),
+                        6 => dot_q_t::<F, 6>(rows, rb, act, t0, out, stride),
+                        7 => dot_q_t::<F, 7>(rows, rb, act, t0, out, stride),
+                        _ => dot_q_t::<F, TILE>(rows, rb, act, t0, out, stride),
+                    }
+                }
+            }
         }
-    }
+    };
 }
+
+dot_q_kernels!(plain, "avx2,fma,f16c", mad_avx2);
+dot_q_kernels!(vnni, "avx2,fma,f16c,avxvnni", mad_vnni);
 
 const _: () = assert!(TILE == 8, "dot_q / dot_f dispatch on tile sizes 1..=8");

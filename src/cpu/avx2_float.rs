@@ -110,3 +110,55 @@ pub(crate) unsafe fn dot_f(
         }
     }
 }
+
+/// q · (one head slice of an F32 or F16 KV cache row, `q.len()` values), 8 values per step
+/// with the halves widened by F16C: the attention's key scan. Same operations in the same order
+/// as `ops::dot` over the decoded values (8 lane sums of separate multiply and add, then the
+/// lanes summed in order, then the tail), so the scores are bit-identical to the table path's.
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available; `kb` holds `q.len()` values of `fmt`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn kv_dot(fmt: FloatFormat, q: &[f32], kb: &[u8]) -> f32 {
+    let n = q.len();
+    let mut acc = _mm256_setzero_ps();
+    let mut i = 0;
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n = q.len().
+        let qv = unsafe { _mm256_loadu_ps(q[i..].as_ptr()) };
+        acc = _mm256_add_ps(acc, _mm256_mul_ps(qv, load_w8(fmt, kb, i)));
+        i += 8;
+    }
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 f32.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
+    let tail: f32 = (i..n)
+        .map(|k| q[k] * super::scalar::float_at(fmt, kb, k))
+        .sum();
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// o += p · (one head slice of an F32 or F16 KV cache row, `o.len()` values): the attention's
+/// value accumulation, multiply then add as the table path does (bit-identical results).
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available; `vb` holds `o.len()` values of `fmt`.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn kv_axpy(fmt: FloatFormat, p: f32, vb: &[u8], o: &mut [f32]) {
+    let n = o.len();
+    let pv = _mm256_set1_ps(p);
+    let mut i = 0;
+    while i + 8 <= n {
+        let s = &mut o[i..i + 8];
+        // SAFETY: `s` holds 8 f32.
+        unsafe {
+            let ov = _mm256_loadu_ps(s.as_ptr());
+            let prod = _mm256_mul_ps(pv, load_w8(fmt, vb, i));
+            _mm256_storeu_ps(s.as_mut_ptr(), _mm256_add_ps(ov, prod));
+        }
+        i += 8;
+    }
+    for (k, ov) in o.iter_mut().enumerate().skip(i) {
+        *ov += p * super::scalar::float_at(fmt, vb, k);
+    }
+}

@@ -102,12 +102,17 @@ pub enum Isa {
     Scalar,
     /// x86_64 AVX2 + FMA + F16C.
     Avx2,
+    /// `Avx2` plus AVX-VNNI: the integer dot products of formats without per-half multipliers
+    /// (Q4_0, Q4_1, Q5_x, Q8_0, IQ4_NL, TQ2_0) in one `vpdpbusd` instead of two instructions.
+    AvxVnni,
 }
 
 impl Isa {
     /// The fastest implementation this CPU supports.
     pub fn best() -> Isa {
-        if Isa::Avx2.available() {
+        if Isa::AvxVnni.available() {
+            Isa::AvxVnni
+        } else if Isa::Avx2.available() {
             Isa::Avx2
         } else {
             Isa::Scalar
@@ -124,8 +129,10 @@ impl Isa {
                     && is_x86_feature_detected!("fma")
                     && is_x86_feature_detected!("f16c")
             }
+            #[cfg(target_arch = "x86_64")]
+            Isa::AvxVnni => Isa::Avx2.available() && is_x86_feature_detected!("avxvnni"),
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 => false,
+            Isa::Avx2 | Isa::AvxVnni => false,
         }
     }
 }
@@ -181,8 +188,9 @@ impl QKernel {
     ) {
         match self {
             QKernel::Scalar(k) => k(rows, rb, act, t0, nt, out, stride),
-            // SAFETY: an Avx2 kernel is only built by quant_kernel(_, Isa::Avx2), which
-            // matmul_with reaches only after Isa::Avx2.available() returned true.
+            // SAFETY: an Avx2 kernel is only built by quant_kernel(_, Isa::Avx2 | AvxVnni),
+            // which matmul_with reaches only after isa.available() returned true (AvxVnni
+            // implies Avx2).
             #[cfg(target_arch = "x86_64")]
             QKernel::Avx2(k) => unsafe { k(rows, rb, act, t0, nt, out, stride) },
         }
@@ -194,7 +202,9 @@ fn quant_kernel(ty: GgmlType, isa: Isa) -> Option<QKernel> {
         ($f:ty) => {{
             match isa {
                 #[cfg(target_arch = "x86_64")]
-                Isa::Avx2 => QKernel::Avx2(avx2::dot_q::<$f>),
+                Isa::Avx2 => QKernel::Avx2(avx2::plain::dot_q::<$f>),
+                #[cfg(target_arch = "x86_64")]
+                Isa::AvxVnni => QKernel::Avx2(avx2::vnni::dot_q::<$f>),
                 _ => QKernel::Scalar(scalar::dot_q::<$f>),
             }
         }};
@@ -228,15 +238,9 @@ pub fn matmul(
     matmul_with(Isa::best(), w, x, n_tokens, y, scratch)
 }
 
-/// `matmul` on a chosen implementation (for tests and benchmarks).
-pub fn matmul_with(
-    isa: Isa,
-    w: &WeightView,
-    x: &[f32],
-    n_tokens: usize,
-    y: &mut [f32],
-    scratch: &mut MatmulScratch,
-) -> Result<()> {
+/// Checks `isa` and one weight's shapes against x: [n_tokens, cols] and y: [n_tokens, rows];
+/// returns the row bytes.
+fn check_args(isa: Isa, w: &WeightView, x: &[f32], n_tokens: usize, y: &[f32]) -> Result<usize> {
     if !isa.available() {
         return Err(Error::InvalidArgument(format!(
             "{isa:?} kernels need CPU features this CPU lacks"
@@ -264,6 +268,90 @@ pub fn matmul_with(
             n_tokens * w.rows
         )));
     }
+    Ok(rb)
+}
+
+fn quantize_act(isa: Isa, act: &mut QAct, x: &[f32], n_tokens: usize, cols: usize) {
+    match isa {
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 | Isa::AvxVnni => act.quantize_avx2(x, n_tokens, cols),
+        _ => act.quantize_scalar(x, n_tokens, cols),
+    }
+}
+
+/// ys[i]: [n_tokens, ws[i].rows] = x: [n_tokens, cols] · ws[i]ᵀ for weights that all take x
+/// (Q/K/V, gate/up). Equal to one `matmul` per weight, but x is quantized once and all the
+/// weights' rows run in one parallel region: decode pays one thread fork/join instead of one
+/// per weight, and the small K/V matvecs no longer run alone on one thread.
+pub fn matmul_many(
+    ws: &[WeightView],
+    x: &[f32],
+    n_tokens: usize,
+    ys: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    matmul_many_with(Isa::best(), ws, x, n_tokens, ys, scratch)
+}
+
+/// `matmul_many` on a chosen implementation.
+pub fn matmul_many_with(
+    isa: Isa,
+    ws: &[WeightView],
+    x: &[f32],
+    n_tokens: usize,
+    ys: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    if ws.len() != ys.len() {
+        return Err(Error::InvalidArgument(format!(
+            "matmul_many: {} weights but {} outputs",
+            ws.len(),
+            ys.len()
+        )));
+    }
+    let parts = ws
+        .iter()
+        .zip(ys.iter())
+        .map(|(w, y)| Ok((w, check_args(isa, w, x, n_tokens, y)?)))
+        .collect::<Result<Vec<_>>>()?;
+    let kernels: Option<Vec<QKernel>> = ws
+        .iter()
+        .map(|w| quant_kernel(w.ty, isa).filter(|_| w.cols > 0))
+        .collect();
+    // Float or slow-path weights, or empty rows: one matmul each.
+    let Some(kernels) = kernels else {
+        for (w, y) in ws.iter().zip(ys.iter_mut()) {
+            matmul_with(isa, w, x, n_tokens, y, scratch)?;
+        }
+        return Ok(());
+    };
+    if n_tokens == 0 {
+        return Ok(());
+    }
+    let cols = ws[0].cols;
+    quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
+    let act = &scratch.act;
+    run_rows(
+        &parts,
+        n_tokens,
+        ys,
+        &mut scratch.yt,
+        || (),
+        |_, pi, rows, t0, nt, out| kernels[pi].run(rows, parts[pi].1, act, t0, nt, out, n_tokens),
+    );
+    Ok(())
+}
+
+/// `matmul` on a chosen implementation (for tests and benchmarks).
+pub fn matmul_with(
+    isa: Isa,
+    w: &WeightView,
+    x: &[f32],
+    n_tokens: usize,
+    y: &mut [f32],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    let rb = check_args(isa, w, x, n_tokens, y)?;
     if n_tokens == 0 || w.rows == 0 {
         return Ok(());
     }
@@ -273,34 +361,28 @@ pub fn matmul_with(
         return Ok(());
     }
     let cols = w.cols;
+    let parts = [(w, rb)];
     if let Some(k) = quant_kernel(w.ty, isa) {
-        let act = &mut scratch.act;
-        match isa {
-            #[cfg(target_arch = "x86_64")]
-            Isa::Avx2 => act.quantize_avx2(x, n_tokens, cols),
-            _ => act.quantize_scalar(x, n_tokens, cols),
-        }
+        quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
         let act = &scratch.act;
         run_rows(
-            w,
-            rb,
+            &parts,
             n_tokens,
-            y,
+            &mut [y],
             &mut scratch.yt,
             || (),
-            |_, rows, t0, nt, out| k.run(rows, rb, act, t0, nt, out, n_tokens),
+            |_, _, rows, t0, nt, out| k.run(rows, rb, act, t0, nt, out, n_tokens),
         );
         return Ok(());
     }
     if let Some(ff) = float_format(w.ty) {
         run_rows(
-            w,
-            rb,
+            &parts,
             n_tokens,
-            y,
+            &mut [y],
             &mut scratch.yt,
             || (),
-            |_, rows, t0, nt, out| float_dot(isa, ff, rows, rb, x, cols, t0, nt, out, n_tokens),
+            |_, _, rows, t0, nt, out| float_dot(isa, ff, rows, rb, x, cols, t0, nt, out, n_tokens),
         );
         return Ok(());
     }
@@ -314,13 +396,12 @@ pub fn matmul_with(
     let ty = w.ty;
     let failed = std::sync::atomic::AtomicBool::new(false);
     run_rows(
-        w,
-        rb,
+        &parts,
         n_tokens,
-        y,
+        &mut [y],
         &mut scratch.yt,
         || vec![0f32; cols],
-        |buf, rows, t0, nt, out| {
+        |buf, _, rows, t0, nt, out| {
             for (r, row) in rows.chunks_exact(rb).enumerate() {
                 let o = &mut out[r * n_tokens..];
                 if ops::dequantize_ref(ty, row, buf).is_err() {
@@ -368,68 +449,92 @@ fn float_dot(
     stride: usize,
 ) {
     match isa {
-        // SAFETY: matmul_with checked Isa::Avx2.available() before running any kernel.
+        // SAFETY: matmul_with checked isa.available() (AvxVnni implies Avx2) before running
+        // any kernel.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { avx2::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride) },
+        Isa::Avx2 | Isa::AvxVnni => unsafe {
+            avx2::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride)
+        },
         _ => scalar::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride),
     }
 }
 
-/// Runs `k(state, rows, t0, nt, out)` over all rows and token tiles, rows split across threads.
-/// `k` writes out[r * n_tokens + t] = rows[r] · x[t0 + t] for t < nt; `out` starts at the
-/// tile's first token of the chunk's first row.
+/// One weight of a `run_rows` call with its row bytes.
+type Part<'a, 'b> = (&'a WeightView<'b>, usize);
+
+/// Runs `k(state, part, rows, t0, nt, out)` over all rows of every part and all token tiles,
+/// the rows of all parts split into chunks across threads in one parallel region (one rayon
+/// fork/join per call, however many weights). `k` writes out[r * n_tokens + t] = rows[r] ·
+/// x[t0 + t] for t < nt; `out` starts at the tile's first token of the chunk's first row.
+/// ys[i]: [n_tokens, parts[i].rows].
 fn run_rows<S, I, K>(
-    w: &WeightView,
-    rb: usize,
+    parts: &[Part],
     n_tokens: usize,
-    y: &mut [f32],
+    ys: &mut [&mut [f32]],
     yt: &mut Vec<f32>,
     init: I,
     k: K,
 ) where
     I: Fn() -> S + Sync + Send,
-    K: Fn(&mut S, &[u8], usize, usize, &mut [f32]) + Sync + Send,
+    K: Fn(&mut S, usize, &[u8], usize, usize, &mut [f32]) + Sync + Send,
 {
-    let rows = w.rows;
-    // [rows, n_tokens]: for one token that is y's own layout.
-    let out: &mut [f32] = if n_tokens == 1 {
-        &mut *y
-    } else {
+    let total_rows: usize = parts.iter().map(|(w, _)| w.rows).sum();
+    let macs: usize = parts.iter().map(|(w, _)| w.rows * w.cols).sum::<usize>() * n_tokens;
+    // [rows, n_tokens] per part: for one token that is y's own layout.
+    if n_tokens > 1 {
         yt.clear();
-        yt.resize(rows * n_tokens, 0.0);
-        &mut yt[..]
-    };
-    let threads = rayon::current_num_threads().max(1);
-    let mut chunk_rows = rows.div_ceil(threads * 4).max(4);
-    if n_tokens > TILE {
-        chunk_rows = chunk_rows.min((CHUNK_BYTES / rb.max(1)).max(4));
+        yt.resize(total_rows * n_tokens, 0.0);
     }
-    let work = |(ci, o): (usize, &mut [f32]), st: &mut S| {
-        let r0 = ci * chunk_rows;
+    let threads = rayon::current_num_threads().max(1);
+    let base_rows = total_rows.div_ceil(threads * 4).max(4);
+    // (part, first row, out) per chunk; a few dozen entries.
+    let mut jobs: Vec<(usize, usize, &mut [f32])> = Vec::new();
+    let mut rest: &mut [f32] = &mut yt[..];
+    for (pi, ((w, rb), y)) in parts.iter().zip(ys.iter_mut()).enumerate() {
+        let mut chunk_rows = base_rows;
+        if n_tokens > TILE {
+            chunk_rows = chunk_rows.min((CHUNK_BYTES / rb.max(&1)).max(4));
+        }
+        let out: &mut [f32] = if n_tokens == 1 {
+            &mut y[..]
+        } else {
+            let (head, tail) = std::mem::take(&mut rest).split_at_mut(w.rows * n_tokens);
+            rest = tail;
+            head
+        };
+        for (ci, o) in out.chunks_mut(chunk_rows * n_tokens).enumerate() {
+            jobs.push((pi, ci * chunk_rows, o));
+        }
+    }
+    let work = |(pi, r0, o): (usize, usize, &mut [f32]), st: &mut S| {
+        let (w, rb) = parts[pi];
         let nr = o.len() / n_tokens;
         let rows = &w.data[r0 * rb..(r0 + nr) * rb];
         let mut t0 = 0;
         while t0 < n_tokens {
             let nt = TILE.min(n_tokens - t0);
-            k(st, rows, t0, nt, &mut o[t0..]);
+            k(st, pi, rows, t0, nt, &mut o[t0..]);
             t0 += nt;
         }
     };
-    let small = rows * w.cols * n_tokens < PAR_MIN_MACS;
-    if small || threads == 1 {
+    if macs < PAR_MIN_MACS || threads == 1 {
         let mut st = init();
-        for item in out.chunks_mut(chunk_rows * n_tokens).enumerate() {
-            work(item, &mut st);
+        for job in jobs {
+            work(job, &mut st);
         }
     } else {
-        out.par_chunks_mut(chunk_rows * n_tokens)
-            .enumerate()
-            .for_each_init(&init, |st, item| work(item, st));
+        jobs.into_par_iter()
+            .for_each_init(&init, |st, job| work(job, st));
     }
     if n_tokens > 1 {
-        for (r, src) in yt.chunks_exact(n_tokens).enumerate() {
-            for (t, &v) in src.iter().enumerate() {
-                y[t * rows + r] = v;
+        let mut src_all: &[f32] = &yt[..];
+        for ((w, _), y) in parts.iter().zip(ys.iter_mut()) {
+            let (src, tail) = src_all.split_at(w.rows * n_tokens);
+            src_all = tail;
+            for (r, src) in src.chunks_exact(n_tokens).enumerate() {
+                for (t, &v) in src.iter().enumerate() {
+                    y[t * w.rows + r] = v;
+                }
             }
         }
     }
