@@ -166,6 +166,12 @@ fn smoke(device: &str, path: &Path) {
     assert_eq!(probe["triad_gbs"].is_null(), gpu);
     assert!(int(probe, "bytes") >= 1 << 20 && int(probe, "runs") >= 1);
     assert!(probe["method"].is_string());
+    // One configuration: the CPU path is its own baseline; a lone GPU one has none.
+    if gpu {
+        assert!(c["vs_cpu"].is_null(), "{c}");
+    } else {
+        assert_eq!(c["vs_cpu"], serde_json::json!({"prefill": 1.0, "decode": 1.0}));
+    }
     let f = num(c, "fraction_of_probe");
     assert!((f - achieved / read).abs() <= 1e-9 * f, "fraction {f}");
     // A tiny model and a 1 MiB probe both sit in caches, so the fraction is loose, but a
@@ -207,6 +213,50 @@ fn bench_cpu_smoke() {
 fn bench_gpu_smoke() {
     let path = tiny_model("gpu");
     smoke("gpu", &path);
+    std::fs::remove_dir_all(path.parent().unwrap()).ok();
+}
+
+/// `-d cpu,gpu`: the GPU's speed over memwall's own CPU path, from the same run's means.
+#[test]
+fn gpu_speed_is_reported_against_the_cpu_path() {
+    let path = tiny_model("vs-cpu");
+    let p = path.to_str().unwrap();
+    let args = [
+        "bench",
+        "-m",
+        p,
+        "-p",
+        "4",
+        "-n",
+        "2",
+        "-r",
+        "1",
+        "-d",
+        "cpu,gpu",
+        "--no-probe",
+    ];
+    let o = memwall(&[&args[..], &["--json"]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let r: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();
+    let (cpu, gpu) = (&r["configs"][0], &r["configs"][1]);
+    for phase in ["prefill", "decode"] {
+        let mean = |c: &Value| num(&c[format!("{phase}_tps")], "mean");
+        assert_eq!(num(&cpu["vs_cpu"], phase), 1.0);
+        let want = mean(gpu) / mean(cpu);
+        let got = num(&gpu["vs_cpu"], phase);
+        assert!(
+            (got - want).abs() <= 1e-9 * want,
+            "{phase}: {got} vs {want}"
+        );
+    }
+    let o = memwall(&args);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table = String::from_utf8_lossy(&o.stdout);
+    assert_eq!(
+        table.matches("vs memwall's CPU path in this run").count(),
+        1,
+        "{table}"
+    );
     std::fs::remove_dir_all(path.parent().unwrap()).ok();
 }
 

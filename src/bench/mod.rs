@@ -38,7 +38,9 @@
 //!                 "kv_bytes": int, "gpu_weight_bytes": int | null,
 //!                 "gpu_session_bytes": int | null, "gpu_total_bytes": int | null },
 //!     "probe": Probe | null,
-//!     "fraction_of_probe": float | null   // achieved_gbs / probe.read_gbs
+//!     "fraction_of_probe": float | null,  // achieved_gbs / probe.read_gbs
+//!     "vs_cpu": { "prefill": float, "decode": float } | null
+//!                                    // mean t/s over the run's `cpu` configuration's
 //!   } ]
 //! }
 //! Stat  = { "mean": float, "sd": float, "median": float, "min": float, "max": float,
@@ -275,6 +277,34 @@ pub struct ConfigResult {
     pub memory: Memory,
     pub probe: Option<ProbeResult>,
     pub fraction_of_probe: Option<f64>,
+    /// This configuration's speed over memwall's own all-CPU path (`-d cpu`) in the same run,
+    /// when the run has one: how much the GPU (or a split) gains on this machine.
+    pub vs_cpu: Option<SpeedRatio>,
+}
+
+/// Mean tokens/s of one configuration divided by the all-CPU configuration's.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct SpeedRatio {
+    pub prefill: f64,
+    pub decode: f64,
+}
+
+/// Fills every configuration's [`ConfigResult::vs_cpu`] from the first `cpu` configuration
+/// (none when the run has no such configuration).
+fn fill_vs_cpu(configs: &mut [ConfigResult]) {
+    let Some((p, d)) = configs
+        .iter()
+        .find(|c| c.device == "cpu")
+        .map(|c| (c.prefill_tps.mean, c.decode_tps.mean))
+    else {
+        return;
+    };
+    for c in configs.iter_mut() {
+        c.vs_cpu = Some(SpeedRatio {
+            prefill: c.prefill_tps.mean / p.max(1e-12),
+            decode: c.decode_tps.mean / d.max(1e-12),
+        });
+    }
 }
 
 /// What `memwall bench` prints.
@@ -363,6 +393,7 @@ pub fn run_bench(
     }
     let model =
         summary.ok_or_else(|| Error::InvalidArgument("bench needs at least one device".into()))?;
+    fill_vs_cpu(&mut configs);
     Ok(BenchReport {
         schema: SCHEMA,
         model,
@@ -503,6 +534,7 @@ fn run_config(
         memory,
         probe,
         fraction_of_probe,
+        vs_cpu: None,
     };
     Ok((result, summary))
 }

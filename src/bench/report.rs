@@ -125,6 +125,13 @@ pub fn table(r: &BenchReport) -> String {
         if let Some(p) = &c.probe {
             let _ = writeln!(s, "  probe: {}", probe_line(p));
         }
+        if let (Some(v), false) = (c.vs_cpu, c.device == "cpu") {
+            let _ = writeln!(
+                s,
+                "  vs memwall's CPU path in this run: prefill {:.2}x, decode {:.2}x",
+                v.prefill, v.decode
+            );
+        }
     }
     s
 }
