@@ -170,7 +170,10 @@ fn smoke(device: &str, path: &Path) {
     if gpu {
         assert!(c["vs_cpu"].is_null(), "{c}");
     } else {
-        assert_eq!(c["vs_cpu"], serde_json::json!({"prefill": 1.0, "decode": 1.0}));
+        assert_eq!(
+            c["vs_cpu"],
+            serde_json::json!({"prefill": 1.0, "decode": 1.0})
+        );
     }
     let f = num(c, "fraction_of_probe");
     assert!((f - achieved / read).abs() <= 1e-9 * f, "fraction {f}");

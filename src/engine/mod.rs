@@ -12,15 +12,21 @@ use crate::error::{Error, Result};
 pub use crate::generate::Generator;
 use crate::generate::Step;
 use crate::gguf::Gguf;
-use crate::gpu::{DeviceSelector, GpuBackend, GpuContext, GpuLoadOptions, GpuModel};
+use crate::gpu::{DeviceSelector, GpuBackend, GpuLoadOptions, GpuModel};
 use crate::kv_type::{KvType, KvTypes};
 use crate::model::Logits;
 use crate::sampler::Sampler;
-use crate::scheduler::exec::{fit_uploaded, gpu_stages};
+use crate::scheduler::exec::gpu_stages;
 use crate::scheduler::{
     Device, Exec, Fallback, FallbackCause, KvRebuild, PhasePlacement, Placement,
 };
 use crate::tokenizer::Tokenizer;
+
+mod open;
+mod perplexity;
+
+use open::{initial_placement, managed, open_gpu};
+pub use perplexity::{perplexity, Perplexity};
 
 /// Where the model runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -277,191 +283,6 @@ impl Model {
     /// capped at 4096 as llama.cpp does by default).
     pub fn session(self: &Arc<Self>, n_ctx: usize) -> Result<Session> {
         Session::new(self.clone(), n_ctx)
-    }
-}
-
-/// Whether the offload policy decides which blocks are resident (streaming under a budget,
-/// re-decided): the model then uploads no block itself, each session uploads and frees them.
-fn managed(opts: &LoadOptions) -> bool {
-    opts.stream
-        && opts.resample_every.is_some()
-        && opts.gpu_mem_budget.is_some()
-        && opts.gpu.resident.is_none()
-}
-
-/// Where the stages run and which ones have resident GPU weights, for the options, on a
-/// model of `cfg` with a GPU.
-fn initial_placement(
-    gguf: &Gguf,
-    cfg: &Config,
-    opts: &LoadOptions,
-) -> Result<(Placement, Placement)> {
-    let n_layer = cfg.n_layer;
-    let (run, resident) = match (opts.gpu_layers, opts.gpu_mem_budget) {
-        (Some(_), Some(_)) => {
-            return Err(Error::InvalidArgument(
-                "--gpu-layers and --gpu-mem-budget are alternatives; give one".into(),
-            ))
-        }
-        (Some(n), None) => {
-            let p = Placement::gpu_layers(n, n_layer);
-            (p.clone(), p)
-        }
-        (None, Some(budget)) => {
-            let n_ctx = if opts.n_ctx == 0 {
-                cfg.n_ctx_train.min(4096)
-            } else {
-                opts.n_ctx
-            };
-            let kv_bits = resolve_kv_types(opts, cfg.head_dim)?.mean_bits();
-            let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream, kv_bits)?;
-            if opts.stream {
-                // Blocks stream; the embedding and head run where their weights are.
-                let run = Placement {
-                    embed: fit.embed,
-                    layers: vec![Device::Gpu; n_layer],
-                    head: fit.head,
-                };
-                (run, fit)
-            } else {
-                (fit.clone(), fit)
-            }
-        }
-        (None, None) => {
-            let p = Placement::all(Device::Gpu, n_layer);
-            (p.clone(), p)
-        }
-    };
-    if managed(opts) {
-        // Sessions own the blocks (see `Model::managed_residency`).
-        let model_resident = Placement {
-            layers: vec![Device::Cpu; n_layer],
-            ..resident
-        };
-        return Ok((run, model_resident));
-    }
-    // Tests pin the resident set to exercise streaming without a budget.
-    Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
-}
-
-type Opened = (
-    Option<Arc<GpuModel>>,
-    Option<String>,
-    PhasePlacement,
-    Option<Fallback>,
-);
-
-/// Opens the GPU the options ask for and uploads the weights of the stages placed there;
-/// `auto` falls back to the CPU with a note, an explicit GPU choice fails with the reason. A
-/// GPU that runs out of memory (or is lost) during the upload is not a failure: the stages
-/// whose weights did not fit run on the CPU, and the returned `Fallback` says so.
-fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
-    let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
-    type Loaded = (Arc<GpuModel>, PhasePlacement, Option<Fallback>);
-    let load = |sel: &DeviceSelector| -> Result<Loaded> {
-        let (placement, resident) = initial_placement(gguf, cfg, opts)?;
-        let mut ctx = GpuContext::new(sel)?;
-        if let Some(dir) = opts.health.dir() {
-            ctx.open_pipeline_cache(&dir);
-        }
-        // The first use of an adapter: the variants the model needs are checked (or their
-        // record read); stages with no working variant of something stay on the CPU.
-        let kv = resolve_kv_types(opts, cfg.head_dim)?;
-        let (health, capable) =
-            crate::gpu::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
-        let placement = crate::gpu::startup::restrict(&placement, &capable);
-        let gopts = GpuLoadOptions {
-            f32_activations: opts.gpu.f32_activations || opts.f32_activations,
-            resident: Some(crate::gpu::startup::restrict(&resident, &capable)),
-            unusable_kernels: health.unusable,
-            ..opts.gpu.clone()
-        };
-        let mut g = GpuModel::load(ctx, gguf, cfg, &gopts)?;
-        g.ctx.save_pipeline_cache();
-        g.health = health.report;
-        g.health.pipeline_cache = g.ctx.pipeline_cache.as_ref().map(|c| c.path.clone());
-        g.health.pipeline_cache_loaded_bytes =
-            g.ctx.pipeline_cache.as_ref().map_or(0, |c| c.loaded_bytes);
-        let Some(why) = g.upload_failure.clone() else {
-            return Ok((Arc::new(g), PhasePlacement::same(placement), None));
-        };
-        let streams = opts.stream || opts.gpu.resident.is_some();
-        let (fit, moved) = fit_uploaded(&placement, &g, cfg.tied_embeddings, streams);
-        let f = Fallback {
-            cause: FallbackCause::OutOfMemory,
-            reason: why,
-            from: Device::Gpu,
-            to: Device::Cpu,
-            stages: moved,
-            position: 0,
-            kv: KvRebuild::Empty,
-        };
-        log::warn!("{f}; those stages run on the CPU");
-        Ok((Arc::new(g), PhasePlacement::same(fit), Some(f)))
-    };
-    // The GPU failed as a whole while loading (out of memory or lost before any stage could
-    // run there): everything on the CPU, reported.
-    let whole = |e: Error| -> Result<Opened> {
-        let Some(cause) = FallbackCause::of(&e) else {
-            return Err(e);
-        };
-        let p = initial_placement(gguf, cfg, opts)?.0;
-        let f = Fallback {
-            cause,
-            reason: e.to_string(),
-            from: Device::Gpu,
-            to: Device::Cpu,
-            stages: gpu_stages(&PhasePlacement::same(p)),
-            position: 0,
-            kv: KvRebuild::Empty,
-        };
-        log::warn!("{f}; running on the CPU");
-        Ok((None, None, all_cpu(), Some(f)))
-    };
-    let gpu_asked = opts.gpu_layers.is_some() || opts.gpu_mem_budget.is_some();
-    match &opts.device {
-        DeviceChoice::Cpu if gpu_asked => Err(Error::InvalidArgument(
-            "--gpu-layers and --gpu-mem-budget need a GPU device, not --device cpu".into(),
-        )),
-        DeviceChoice::Cpu => Ok((None, None, all_cpu(), None)),
-        DeviceChoice::Gpu(sel) => match load(sel) {
-            Ok((g, p, f)) => Ok((Some(g), None, p, f)),
-            Err(e) => whole(e),
-        },
-        DeviceChoice::Auto => {
-            let rows = crate::gpu::list_adapters();
-            let hw = rows.iter().find(|r| {
-                matches!(
-                    r.device_type.as_str(),
-                    "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu"
-                )
-            });
-            let Some(hw) = hw else {
-                let found: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
-                let note = if found.is_empty() {
-                    "device auto: no GPU adapter found; running on the CPU".to_string()
-                } else {
-                    format!(
-                        "device auto: no hardware GPU (only {}, slower than the CPU path); \
-                         running on the CPU",
-                        found.join(", ")
-                    )
-                };
-                return Ok((None, Some(note), all_cpu(), None));
-            };
-            match load(&DeviceSelector::Index(hw.index)) {
-                Ok((g, p, f)) => Ok((Some(g), None, p, f)),
-                Err(e) => Ok((
-                    None,
-                    Some(format!(
-                        "device auto: {} failed ({e}); running on the CPU",
-                        hw.name
-                    )),
-                    all_cpu(),
-                    None,
-                )),
-            }
-        }
     }
 }
 
@@ -736,68 +557,4 @@ impl Session {
             }
         }
     }
-}
-
-/// Result of a perplexity run.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Perplexity {
-    pub ppl: f64,
-    /// Standard error of the perplexity estimate (as llama-perplexity prints it).
-    pub ppl_err: f64,
-    pub n_chunks: usize,
-    pub n_scored: usize,
-}
-
-/// Perplexity the way llama.cpp's llama-perplexity computes it: consecutive windows of
-/// `n_ctx` tokens, each evaluated from an empty cache, scoring the predictions of the second
-/// half of each window. `on_chunk(i, running_ppl)` reports progress.
-pub fn perplexity(
-    model: &Arc<Model>,
-    tokens: &[u32],
-    n_ctx: usize,
-    mut on_chunk: impl FnMut(usize, f64),
-) -> Result<Perplexity> {
-    if n_ctx < 8 {
-        return Err(Error::InvalidArgument(format!(
-            "context {n_ctx} is too small for perplexity"
-        )));
-    }
-    let n_chunks = tokens.len() / n_ctx;
-    if n_chunks == 0 {
-        return Err(Error::InvalidArgument(format!(
-            "the text has {} tokens, fewer than one window of {n_ctx}",
-            tokens.len()
-        )));
-    }
-    let n_vocab = model.config.n_vocab;
-    let mut session = Session::new(model.clone(), n_ctx)?;
-    let first = n_ctx / 2;
-    let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
-    for c in 0..n_chunks {
-        let window = &tokens[c * n_ctx..(c + 1) * n_ctx];
-        session.reset();
-        // [n_ctx - first, n_vocab]: logits of the scored half only.
-        let logits = session.eval(window, Logits::From(first))?;
-        for j in first..n_ctx - 1 {
-            let r = j - first;
-            let row = &logits[r * n_vocab..(r + 1) * n_vocab];
-            let max = row.iter().copied().fold(f32::NEG_INFINITY, f32::max) as f64;
-            let sum: f64 = row.iter().map(|&l| (l as f64 - max).exp()).sum();
-            let target = window[j + 1] as usize;
-            let lp = row[target] as f64 - max - sum.ln();
-            nll -= lp;
-            nll2 += lp * lp;
-            count += 1;
-        }
-        on_chunk(c, (nll / count as f64).exp());
-    }
-    let mean = nll / count as f64;
-    let var = (nll2 / count as f64 - mean * mean).max(0.0);
-    let ppl = mean.exp();
-    Ok(Perplexity {
-        ppl,
-        ppl_err: ppl * (var / (count as f64 - 1.0).max(1.0)).sqrt(),
-        n_chunks,
-        n_scored: count,
-    })
 }

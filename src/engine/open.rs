@@ -1,0 +1,197 @@
+//! Opening the GPU a load asks for: where the stages start, which blocks are resident, the
+//! start-up check of the adapter, and what happens when the upload fails.
+
+use std::sync::Arc;
+
+use super::{resolve_kv_types, DeviceChoice, LoadOptions};
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::gguf::Gguf;
+use crate::gpu::{DeviceSelector, GpuContext, GpuLoadOptions, GpuModel};
+use crate::scheduler::exec::{fit_uploaded, gpu_stages};
+use crate::scheduler::{Device, Fallback, FallbackCause, KvRebuild, PhasePlacement, Placement};
+
+/// Whether the offload policy decides which blocks are resident (streaming under a budget,
+/// re-decided): the model then uploads no block itself, each session uploads and frees them.
+pub(super) fn managed(opts: &LoadOptions) -> bool {
+    opts.stream
+        && opts.resample_every.is_some()
+        && opts.gpu_mem_budget.is_some()
+        && opts.gpu.resident.is_none()
+}
+
+/// Where the stages run and which ones have resident GPU weights, for the options, on a
+/// model of `cfg` with a GPU.
+pub(super) fn initial_placement(
+    gguf: &Gguf,
+    cfg: &Config,
+    opts: &LoadOptions,
+) -> Result<(Placement, Placement)> {
+    let n_layer = cfg.n_layer;
+    let (run, resident) = match (opts.gpu_layers, opts.gpu_mem_budget) {
+        (Some(_), Some(_)) => {
+            return Err(Error::InvalidArgument(
+                "--gpu-layers and --gpu-mem-budget are alternatives; give one".into(),
+            ))
+        }
+        (Some(n), None) => {
+            let p = Placement::gpu_layers(n, n_layer);
+            (p.clone(), p)
+        }
+        (None, Some(budget)) => {
+            let n_ctx = if opts.n_ctx == 0 {
+                cfg.n_ctx_train.min(4096)
+            } else {
+                opts.n_ctx
+            };
+            let kv_bits = resolve_kv_types(opts, cfg.head_dim)?.mean_bits();
+            let fit = crate::scheduler::fit_budget(gguf, cfg, n_ctx, budget, opts.stream, kv_bits)?;
+            if opts.stream {
+                // Blocks stream; the embedding and head run where their weights are.
+                let run = Placement {
+                    embed: fit.embed,
+                    layers: vec![Device::Gpu; n_layer],
+                    head: fit.head,
+                };
+                (run, fit)
+            } else {
+                (fit.clone(), fit)
+            }
+        }
+        (None, None) => {
+            let p = Placement::all(Device::Gpu, n_layer);
+            (p.clone(), p)
+        }
+    };
+    if managed(opts) {
+        // Sessions own the blocks (see `Model::managed_residency`).
+        let model_resident = Placement {
+            layers: vec![Device::Cpu; n_layer],
+            ..resident
+        };
+        return Ok((run, model_resident));
+    }
+    // Tests pin the resident set to exercise streaming without a budget.
+    Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
+}
+
+pub(super) type Opened = (
+    Option<Arc<GpuModel>>,
+    Option<String>,
+    PhasePlacement,
+    Option<Fallback>,
+);
+
+/// Opens the GPU the options ask for and uploads the weights of the stages placed there;
+/// `auto` falls back to the CPU with a note, an explicit GPU choice fails with the reason. A
+/// GPU that runs out of memory (or is lost) during the upload is not a failure: the stages
+/// whose weights did not fit run on the CPU, and the returned `Fallback` says so.
+pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<Opened> {
+    let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
+    type Loaded = (Arc<GpuModel>, PhasePlacement, Option<Fallback>);
+    let load = |sel: &DeviceSelector| -> Result<Loaded> {
+        let (placement, resident) = initial_placement(gguf, cfg, opts)?;
+        let mut ctx = GpuContext::new(sel)?;
+        if let Some(dir) = opts.health.dir() {
+            ctx.open_pipeline_cache(&dir);
+        }
+        // The first use of an adapter: the variants the model needs are checked (or their
+        // record read); stages with no working variant of something stay on the CPU.
+        let kv = resolve_kv_types(opts, cfg.head_dim)?;
+        let (health, capable) =
+            crate::gpu::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
+        let placement = crate::gpu::startup::restrict(&placement, &capable);
+        let gopts = GpuLoadOptions {
+            f32_activations: opts.gpu.f32_activations || opts.f32_activations,
+            resident: Some(crate::gpu::startup::restrict(&resident, &capable)),
+            unusable_kernels: health.unusable,
+            ..opts.gpu.clone()
+        };
+        let mut g = GpuModel::load(ctx, gguf, cfg, &gopts)?;
+        g.ctx.save_pipeline_cache();
+        g.health = health.report;
+        g.health.pipeline_cache = g.ctx.pipeline_cache.as_ref().map(|c| c.path.clone());
+        g.health.pipeline_cache_loaded_bytes =
+            g.ctx.pipeline_cache.as_ref().map_or(0, |c| c.loaded_bytes);
+        let Some(why) = g.upload_failure.clone() else {
+            return Ok((Arc::new(g), PhasePlacement::same(placement), None));
+        };
+        let streams = opts.stream || opts.gpu.resident.is_some();
+        let (fit, moved) = fit_uploaded(&placement, &g, cfg.tied_embeddings, streams);
+        let f = Fallback {
+            cause: FallbackCause::OutOfMemory,
+            reason: why,
+            from: Device::Gpu,
+            to: Device::Cpu,
+            stages: moved,
+            position: 0,
+            kv: KvRebuild::Empty,
+        };
+        log::warn!("{f}; those stages run on the CPU");
+        Ok((Arc::new(g), PhasePlacement::same(fit), Some(f)))
+    };
+    // The GPU failed as a whole while loading (out of memory or lost before any stage could
+    // run there): everything on the CPU, reported.
+    let whole = |e: Error| -> Result<Opened> {
+        let Some(cause) = FallbackCause::of(&e) else {
+            return Err(e);
+        };
+        let p = initial_placement(gguf, cfg, opts)?.0;
+        let f = Fallback {
+            cause,
+            reason: e.to_string(),
+            from: Device::Gpu,
+            to: Device::Cpu,
+            stages: gpu_stages(&PhasePlacement::same(p)),
+            position: 0,
+            kv: KvRebuild::Empty,
+        };
+        log::warn!("{f}; running on the CPU");
+        Ok((None, None, all_cpu(), Some(f)))
+    };
+    let gpu_asked = opts.gpu_layers.is_some() || opts.gpu_mem_budget.is_some();
+    match &opts.device {
+        DeviceChoice::Cpu if gpu_asked => Err(Error::InvalidArgument(
+            "--gpu-layers and --gpu-mem-budget need a GPU device, not --device cpu".into(),
+        )),
+        DeviceChoice::Cpu => Ok((None, None, all_cpu(), None)),
+        DeviceChoice::Gpu(sel) => match load(sel) {
+            Ok((g, p, f)) => Ok((Some(g), None, p, f)),
+            Err(e) => whole(e),
+        },
+        DeviceChoice::Auto => {
+            let rows = crate::gpu::list_adapters();
+            let hw = rows.iter().find(|r| {
+                matches!(
+                    r.device_type.as_str(),
+                    "DiscreteGpu" | "IntegratedGpu" | "VirtualGpu"
+                )
+            });
+            let Some(hw) = hw else {
+                let found: Vec<&str> = rows.iter().map(|r| r.name.as_str()).collect();
+                let note = if found.is_empty() {
+                    "device auto: no GPU adapter found; running on the CPU".to_string()
+                } else {
+                    format!(
+                        "device auto: no hardware GPU (only {}, slower than the CPU path); \
+                         running on the CPU",
+                        found.join(", ")
+                    )
+                };
+                return Ok((None, Some(note), all_cpu(), None));
+            };
+            match load(&DeviceSelector::Index(hw.index)) {
+                Ok((g, p, f)) => Ok((Some(g), None, p, f)),
+                Err(e) => Ok((
+                    None,
+                    Some(format!(
+                        "device auto: {} failed ({e}); running on the CPU",
+                        hw.name
+                    )),
+                    all_cpu(),
+                    None,
+                )),
+            }
+        }
+    }
+}
