@@ -10,18 +10,20 @@ use std::sync::Arc;
 
 use crate::backend::{Backend, WeightId};
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+
 use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
 use crate::gpu::kernels::Launch;
-use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::recorder::Recorder;
-use crate::gpu::shaders::{KernelKey, MatvecOut};
+use crate::gpu::shaders::KernelKey;
 use crate::gpu::stream::StreamRing;
 use crate::gpu::timing::GpuTimer;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};
 use crate::kv_type::KvTypes;
 
 mod kv;
+mod matmul;
+mod residency;
 use kv::{kv_layer, KvLayer};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
@@ -204,126 +206,6 @@ impl GpuBackend {
         })
     }
 
-    /// Lets blocks whose weights are not resident run here, streamed from `gguf` (the file the
-    /// model was loaded from) into a ring of two block-sized slots, made now.
-    pub fn enable_streaming(&mut self, gguf: Arc<Gguf>) -> Result<()> {
-        if self.stream.is_none() {
-            let m = Arc::clone(&self.m);
-            let ring = m.ctx.scoped("layer streaming slots", || {
-                StreamRing::new(&m.ctx, gguf, m.max_binding_bytes)
-            })?;
-            self.allocated += ring.bytes;
-            self.stream = Some(ring);
-        }
-        Ok(())
-    }
-
-    /// Makes block `l`'s weights available: resident ones are; others are loaded into a
-    /// stream slot (after submitting the work recorded so far, which may read that slot).
-    /// Returns whether the block is streamed.
-    pub fn stream_in(&mut self, l: usize) -> Result<bool> {
-        if self.has_block(l) {
-            return Ok(false);
-        }
-        let m = Arc::clone(&self.m);
-        let ring = self.stream.as_ref().ok_or_else(|| {
-            Error::Gpu(format!(
-                "block {l}'s weights are not on the GPU and layer streaming is off"
-            ))
-        })?;
-        if !ring.holds(l) {
-            self.rec.flush(&m.ctx)?;
-            if let Some(ring) = self.stream.as_mut() {
-                ring.load(&m.ctx, l)?;
-            }
-        }
-        Ok(true)
-    }
-
-    /// Whether measured passes can time this backend's stages with GPU timestamps.
-    pub fn has_timestamps(&self) -> bool {
-        self.timer.is_some()
-    }
-
-    /// Records a GPU timestamp after the work recorded so far; its index among the stamps
-    /// since the last [`GpuBackend::read_stamps`], or None without timestamp queries.
-    pub fn stamp(&mut self) -> Result<Option<u32>> {
-        match self.timer.as_mut() {
-            Some(t) => t.stamp(&mut self.rec).map(Some),
-            None => Ok(None),
-        }
-    }
-
-    /// Submits, waits, and returns the milliseconds (on the GPU's clock) of every stamp since
-    /// the last read, in index order.
-    pub fn read_stamps(&mut self) -> Result<Vec<f64>> {
-        let Some((buf, bytes)) = self.timer.as_mut().and_then(|t| t.resolve(&mut self.rec)) else {
-            return Ok(Vec::new());
-        };
-        let raw = self.read_bytes(&buf, bytes)?;
-        Ok(self.timer.as_ref().map_or(Vec::new(), |t| t.to_ms(&raw)))
-    }
-
-    /// (blocks loaded, bytes copied, GPU bytes of the slots) of layer streaming.
-    pub fn stream_stats(&self) -> Option<(u64, u64, u64)> {
-        self.stream
-            .as_ref()
-            .map(|r| (r.n_loads, r.bytes_loaded, r.bytes))
-    }
-
-    /// Whether block `l`'s weights are resident here (the model's or this session's).
-    pub fn has_block(&self, l: usize) -> bool {
-        self.m.has_layer(l) || self.own.contains_key(&WeightId::Wq(l))
-    }
-
-    /// Whether this session made block `l` resident itself.
-    pub fn owns_block(&self, l: usize) -> bool {
-        self.own.contains_key(&WeightId::Wq(l))
-    }
-
-    /// Makes block `l`'s matrices resident in this session, uploaded from `gguf` in the same
-    /// layout (and split) a stream slot uses, so the block runs the same kernels either way.
-    /// No-op when it is resident already. Between passes only.
-    pub fn make_resident(&mut self, l: usize, gguf: &Gguf) -> Result<()> {
-        if self.has_block(l) {
-            return Ok(());
-        }
-        let m = Arc::clone(&self.m);
-        let mut added = Vec::new();
-        for id in crate::gpu::stream::layer_matrices(l) {
-            let w = m.ctx.scoped(&format!("upload {}", id.tensor_name()), || {
-                crate::gpu::stream::upload(&m.ctx, gguf, id, m.max_binding_bytes)
-            })?;
-            self.allocated += crate::gpu::stream::matrix_bytes(&w);
-            added.push((id, w));
-        }
-        self.own.extend(added);
-        Ok(())
-    }
-
-    /// Frees block `l`'s session-owned matrices (it streams from now on). Submits recorded
-    /// work first and forgets cached bind groups, which would keep the buffers alive.
-    pub fn evict(&mut self, l: usize) -> Result<()> {
-        if !self.owns_block(l) {
-            return Ok(());
-        }
-        self.rec.flush(&self.m.ctx)?;
-        for id in crate::gpu::stream::layer_matrices(l) {
-            if let Some(w) = self.own.remove(&id) {
-                self.allocated = self
-                    .allocated
-                    .saturating_sub(crate::gpu::stream::matrix_bytes(&w));
-            }
-        }
-        self.rec.clear_cache();
-        Ok(())
-    }
-
-    /// (bytes, milliseconds) of host-side stream loads so far (repack + queue write).
-    pub fn stream_upload(&self) -> Option<(u64, f64)> {
-        self.stream.as_ref().map(|r| (r.bytes_loaded, r.load_ms))
-    }
-
     /// A weight matrix: the resident copy, else the streamed one.
     fn weight(&self, w: WeightId) -> Result<GpuWeightMatrix> {
         if let Some(m) = self.own.get(&w) {
@@ -429,151 +311,6 @@ impl GpuBackend {
         if self.quantized.as_ref().is_some_and(|(b, _)| b == buf) {
             self.quantized = None;
         }
-    }
-
-    /// Whether the 8-bit path takes matmuls over `w` (as `matmul_parts` decides).
-    fn q8_path(&self, w: &crate::gpu::kernels::GpuMatrix) -> bool {
-        !self.m.f32_activations && w.ty.has_q8_path() && w.cols.is_multiple_of(32)
-    }
-
-    /// Makes qx / qd hold the quantization of x: [n, cols], unless they already do.
-    fn quantize_input(&mut self, x: &GpuAct, n: usize, cols: usize) -> Result<()> {
-        let len = n.saturating_mul(cols);
-        if self
-            .quantized
-            .as_ref()
-            .is_some_and(|(b, have)| *b == x.buf && len <= *have)
-        {
-            return Ok(());
-        }
-        let m = Arc::clone(&self.m);
-        let (qx, qd) = (self.qx.clone(), self.qd.clone());
-        let launch = m.kernels.quantize_act_launch(&x.buf, &qx, &qd, n, cols)?;
-        self.record(launch)?;
-        self.quantized = Some((x.buf.clone(), len));
-        Ok(())
-    }
-
-    /// One launch over a stacked matrix (`first`: Wq(l) or Gate(l)) writing each member's
-    /// rows to its output; `Ok(false)` when the model has no such stack or the 8-bit path
-    /// does not apply (the caller then runs the members one by one).
-    fn matmul_stacked(
-        &mut self,
-        first: WeightId,
-        x: &GpuAct,
-        n: usize,
-        outs: &[&GpuAct],
-    ) -> Result<bool> {
-        let m = Arc::clone(&self.m);
-        let Some(f) = m.fused(first) else {
-            return Ok(false);
-        };
-        if !self.q8_path(&f.m) || f.splits.len() + 1 != outs.len() {
-            return Ok(false);
-        }
-        if x.len < n * f.m.cols {
-            return Err(Error::Gpu(format!(
-                "stacked matmul {}: {n} tokens of {} columns in a buffer of {}",
-                first.tensor_name(),
-                f.m.cols,
-                x.len
-            )));
-        }
-        self.quantize_input(x, n, f.m.cols)?;
-        let (qx, qd) = (self.qx.clone(), self.qd.clone());
-        let out = if outs.len() == 3 {
-            MatvecOut::Split3
-        } else {
-            MatvecOut::Split2
-        };
-        let target = Q8Target {
-            out: Some(out),
-            ys: outs.iter().map(|o| &o.buf).collect(),
-            y_stride: f.m.rows,
-            row_offset: 0,
-            splits: [
-                f.splits.first().copied().unwrap_or(0),
-                f.splits.get(1).copied().unwrap_or(f.m.rows),
-            ],
-        };
-        let launch = m
-            .kernels
-            .matvec_q8_target_launch(&f.m, 0, &qx, &qd, n, target)?;
-        self.record(launch)?;
-        for o in outs {
-            self.written(&o.buf);
-        }
-        Ok(true)
-    }
-
-    /// Records `out = W x` (or `out += W x` with `add`) for `n` tokens, each part of a split
-    /// matrix writing its rows.
-    fn matmul_parts(
-        &mut self,
-        w: WeightId,
-        x: &GpuAct,
-        n: usize,
-        out: &GpuAct,
-        add: bool,
-    ) -> Result<()> {
-        let m = Arc::clone(&self.m);
-        let mat = &self.weight(w)?;
-        if x.len < n * mat.cols || out.len < n * mat.rows {
-            return Err(Error::Gpu(format!(
-                "matmul {}: [{}, {}] x {n} tokens with buffers of {} and {} values",
-                w.tensor_name(),
-                mat.rows,
-                mat.cols,
-                x.len,
-                out.len
-            )));
-        }
-        let ty = mat.parts.first().map(|p| p.m.ty);
-        let q8 = !m.f32_activations
-            && ty.is_some_and(|t| t.has_q8_path())
-            && mat.cols.is_multiple_of(32);
-        if q8 {
-            // The CPU's scheme: x to int8 chunks once, then integer dot products per part.
-            self.quantize_input(x, n, mat.cols)?;
-            let (qx, qd) = (self.qx.clone(), self.qd.clone());
-            let mode = add.then_some(MatvecOut::Add);
-            for p in &mat.parts {
-                let target = Q8Target {
-                    out: mode,
-                    ys: vec![&out.buf],
-                    y_stride: mat.rows,
-                    row_offset: p.row0,
-                    splits: [mat.rows; 2],
-                };
-                let launch = m
-                    .kernels
-                    .matvec_q8_target_launch(&p.m, p.w_row0, &qx, &qd, n, target)?;
-                self.record(launch)?;
-            }
-            self.written(&out.buf);
-            return Ok(());
-        }
-        if add || mat.parts.iter().any(|p| p.w_row0 != 0) {
-            return Err(Error::Gpu(format!(
-                "matmul {}: a fused output or a stacked-matrix view needs the 8-bit path",
-                w.tensor_name()
-            )));
-        }
-        self.written(&out.buf);
-        for p in &mat.parts {
-            // Batches past a few tokens take the tiled matmul, which decodes each weight
-            // once per tile; CPU-like adapters run the batched row matvec at any size (their
-            // barriers cost more than re-reading weights that sit in cache).
-            let launch = if n <= MATVEC_MAX_TOKENS || m.kernels.matvec_rows {
-                m.kernels
-                    .matvec_batch_launch(&p.m, &x.buf, &out.buf, n, mat.rows, p.row0)?
-            } else {
-                m.kernels
-                    .matmul_launch(&p.m, &x.buf, &out.buf, n, mat.rows, p.row0)?
-            };
-            self.record(launch)?;
-        }
-        Ok(())
     }
 }
 
