@@ -33,6 +33,7 @@ pub mod kernels;
 pub mod known_bad;
 pub mod matmul;
 pub mod ops;
+pub mod params;
 pub mod pipelines;
 pub mod probe;
 pub mod q8act;

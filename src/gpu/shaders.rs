@@ -1,22 +1,21 @@
 //! The kernel registry: every compute shader is named by a [`KernelKey`] and composed by
 //! concatenating plain WGSL fragments from `shaders/` (no templating, no preprocessor). Each
 //! fragment is ordinary WGSL; tunables are WGSL `override` constants set at pipeline creation.
+//! The uniform parameter structs the kernels take are in [`crate::gpu::params`].
 //!
 //! Composition order: reduction (`shaders/reduce/*.wgsl`: `override WG`, `fn wg_sum`), then the
-//! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`), then
-//! the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry point). Native-f16
-//! variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl` fragment instead, which
-//! starts with `enable f16;` and therefore goes first (a directive must precede every
-//! declaration; WGSL declarations may come in any order).
 //! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`; the
 //! formats with an integer path also `fn dq_chunk`, preceded by `shaders/quant/chunk.wgsl`'s
 //! `struct QChunk`), then the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry
-//! point).
+//! point). Native-f16 variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl`
+//! fragment instead, which starts with `enable f16;` and therefore goes first (a directive must
+//! precede every declaration; WGSL declarations may come in any order).
 
-use bytemuck::{Pod, Zeroable};
 use kernels_ref::GgmlType;
 
 use crate::kv_type::{KvType, KvTypes};
+
+pub use crate::gpu::params::*;
 
 const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
@@ -603,229 +602,3 @@ fn kv_suffix(kv: KvTypes) -> String {
         format!("_k{}_v{}", kv.k, kv.v)
     }
 }
-
-/// Uniform parameters of `shaders/matvec.wgsl` (`struct MatvecParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct MatvecParams {
-    pub rows: u32,
-    pub cols: u32,
-    /// ceil(cols / QK)
-    pub blocks_per_row: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub n_tokens: u32,
-    /// row length of y (at least row_offset + rows)
-    pub y_stride: u32,
-    /// first row of y written (a matrix split by rows across bindings)
-    pub row_offset: u32,
-    /// workgroups per token: ceil(rows / ROWS)
-    pub row_groups: u32,
-}
-
-/// Uniform parameters of `shaders/matmul.wgsl` (`struct MatmulParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct MatmulParams {
-    pub rows: u32,
-    pub cols: u32,
-    /// ceil(cols / QK)
-    pub blocks_per_row: u32,
-    pub n_tokens: u32,
-    /// distance between tokens in y, in f32 (at least row_offset + rows)
-    pub y_stride: u32,
-    /// y column written for weight row 0
-    pub row_offset: u32,
-    /// ceil(rows / TM)
-    pub row_tiles: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-}
-
-/// Uniform parameters of `shaders/rmsnorm.wgsl` (`struct RmsNormParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct RmsNormParams {
-    /// row length
-    pub n: u32,
-    pub n_rows: u32,
-    pub eps: f32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-}
-
-/// Uniform parameters of `shaders/rope.wgsl` (`struct RopeParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct RopeParams {
-    pub n_tokens: u32,
-    pub n_heads: u32,
-    pub head_dim: u32,
-    /// rotated dims per head (even, at most head_dim)
-    pub n_rot: u32,
-    /// position of the first token
-    pub pos0: u32,
-    /// 0: pairs (2i, 2i + 1); 1: pairs (i, i + n_rot / 2)
-    pub neox: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub pad0: u32,
-}
-
-/// Uniform parameters of `shaders/swiglu.wgsl` and `shaders/add.wgsl`
-/// (`struct ElementwiseParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct ElementwiseParams {
-    pub n: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub pad0: u32,
-    pub pad1: u32,
-}
-
-/// Uniform parameters of `shaders/softmax.wgsl` and `shaders/argmax.wgsl` (`struct RowParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct RowParams {
-    /// row length
-    pub n: u32,
-    pub n_rows: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub pad0: u32,
-}
-
-/// Uniform parameters of `shaders/embedding.wgsl` (`struct EmbeddingParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct EmbeddingParams {
-    /// rows of this part of the table
-    pub rows: u32,
-    pub cols: u32,
-    pub n_tokens: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    /// first table row of this part
-    pub row0: u32,
-    /// rows of the whole table
-    pub total_rows: u32,
-    pub pad0: u32,
-    pub pad1: u32,
-}
-
-/// Uniform parameters of `shaders/add_bias.wgsl` (`struct BiasParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct BiasParams {
-    /// elements of x: n_rows * width
-    pub n: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    /// row length (the bias length)
-    pub width: u32,
-    pub pad0: u32,
-}
-
-/// Uniform parameters of `shaders/kv_store.wgsl` (`struct KvStoreParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct KvStoreParams {
-    pub n_tokens: u32,
-    /// f32 per cache row: n_head_kv * head_dim
-    pub row_len: u32,
-    /// cache row of the first token
-    pub pos0: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-}
-
-/// Uniform parameters of `shaders/attention_{split,combine,prefill}.wgsl`
-/// (`struct AttentionParams`, the same in all three).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct AttentionParams {
-    pub n_tokens: u32,
-    pub n_head: u32,
-    pub n_head_kv: u32,
-    pub head_dim: u32,
-    /// position of the first query token
-    pub pos0: u32,
-    /// split and combine: chunks per (token, head)
-    pub n_chunks: u32,
-    /// prefill: query tokens per workgroup
-    pub tile_q: u32,
-    /// prefill: key positions per staged tile
-    pub tile_k: u32,
-    pub scale: f32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub pad0: u32,
-    pub pad1: u32,
-}
-
-/// Uniform parameters of `shaders/bandwidth.wgsl` (`struct ProbeParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct ProbeParams {
-    /// vec4s in the source buffer
-    pub n_vec4: u32,
-    /// workgroups that read (one output each)
-    pub n_groups: u32,
-    /// vec4s each invocation reads at most: ceil(n_vec4 / (n_groups * WG))
-    pub per_thread: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-}
-
-/// Uniform parameters of `shaders/quantize_act.wgsl` (`struct QuantizeActParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct QuantizeActParams {
-    /// n_tokens * cols / 32
-    pub n_chunks: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub pad0: u32,
-    pub pad1: u32,
-}
-
-/// Uniform parameters of `shaders/matvec_q8.wgsl` (`struct MatvecQ8Params`; the same fields
-/// as the f32 batched matvec's).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct MatvecQ8Params {
-    pub rows: u32,
-    pub cols: u32,
-    /// cols / 32: chunks per row
-    pub blocks_per_row: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
-    pub n_tokens: u32,
-    /// row length of y (at least row_offset + rows)
-    pub y_stride: u32,
-    /// first row of y written (a matrix split by rows across bindings)
-    pub row_offset: u32,
-    /// workgroups per token: ceil(rows / ROWS)
-    pub row_groups: u32,
-    /// first row of the weight buffers read (a row range of a fused matrix)
-    pub w_row0: u32,
-    /// split outputs: global rows below split1 go to y, below split2 to y1, the rest to y2
-    pub split1: u32,
-    pub split2: u32,
-    pub pad0: u32,
-}
-
-// Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
-const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
-const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
-const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
-const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
-const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
-const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
-const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
-const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
-const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
-const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
-const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 48);
