@@ -279,3 +279,33 @@ fn the_pipeline_cache_is_written_reused_and_survives_corruption() {
     drop(third);
     assert!(gpu(opts).gpu().unwrap().health.pipeline_cache_loaded_bytes > 0);
 }
+
+/// A device lost while the start-up selftest runs is no verdict on the kernels: the load
+/// falls back to the CPU (reported), and the record keeps no failure that would disable a
+/// variant on the next start.
+#[test]
+fn a_device_lost_during_the_selftest_records_no_failure() {
+    let dir = cache_dir("lost");
+    let faults = Arc::new(memwall::gpu::GpuFaults::default());
+    faults.lose_device_after_submits(1);
+    let mut opts = LoadOptions {
+        device: DeviceChoice::Gpu(DeviceSelector::Auto),
+        cache_type_k: Some(KvType::F32),
+        cache_type_v: Some(KvType::F32),
+        health: HealthOptions {
+            cache_dir: Some(dir.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    opts.gpu.faults = Some(faults.clone());
+    let m = Arc::new(Model::load(&model_path(), &opts).expect("falls back, not an error"));
+    assert!(faults.device_lost(), "the hook fired during the start");
+    assert!(m.gpu().is_none(), "{}", m.device_name());
+    assert!(m.load_fallback().is_some(), "the fallback is reported");
+    for f in record_files(&dir) {
+        let text = std::fs::read_to_string(&f).unwrap();
+        assert!(!text.contains("\"pass\": false"), "{}: {text}", f.display());
+    }
+    assert_eq!(ids(&m), cpu_ids());
+}

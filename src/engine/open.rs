@@ -92,6 +92,10 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
     let load = |sel: &DeviceSelector| -> Result<Loaded> {
         let (placement, resident) = initial_placement(gguf, cfg, opts)?;
         let mut ctx = GpuContext::new(sel)?;
+        // Test hooks cover the whole start, the selftest included.
+        if let Some(f) = &opts.gpu.faults {
+            ctx.set_faults(f.clone());
+        }
         if let Some(dir) = opts.health.dir() {
             ctx.open_pipeline_cache(&dir);
         }

@@ -10,7 +10,7 @@
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::gpu::device::{AdapterInfoRow, GpuContext};
 use crate::gpu::known_bad::{self, KnownBad};
 use crate::gpu::selftest;
@@ -242,7 +242,8 @@ fn kv_needed(key: &KernelKey, kv: crate::kv_type::KvTypes) -> bool {
 /// pass their selftest from the record or from a run now; each needed key falls back through
 /// its [`variants::fallbacks`] until one passes. The record is updated (atomically) with what
 /// ran. Cache trouble is a warning, never an error; a selftest that cannot even run a variant
-/// (compilation or device error) counts as that variant failing.
+/// (compilation or validation error) counts as that variant failing, while a lost device or
+/// exhausted memory is returned as the error it is and records nothing.
 pub fn check(ctx: &GpuContext, needed: &[KernelKey], opts: &HealthOptions) -> Result<Health> {
     let fp = fingerprint(&ctx.info);
     let path = opts.dir().map(|d| d.join(format!("selftest-{fp}.json")));
@@ -290,6 +291,12 @@ pub fn check(ctx: &GpuContext, needed: &[KernelKey], opts: &HealthOptions) -> Re
                             pass: row.pass,
                             detail: format!("max error {:e}, tolerance {:e}", row.max_err, row.tol),
                         },
+                        // A lost device or exhausted memory says nothing about the kernel:
+                        // recording it would disable the variant until the driver changes.
+                        // The load fails with it (and the engine falls back to the CPU).
+                        Err(e @ (Error::DeviceLost { .. } | Error::OutOfMemory { .. })) => {
+                            return Err(e)
+                        }
                         Err(e) => RecordRow {
                             pass: false,
                             detail: e.to_string(),

@@ -218,6 +218,7 @@ pub fn upload_matrix(ctx: &GpuContext, m: &PackedMatrix) -> Result<GpuMatrix> {
 
 /// Submits the dispatches in one command buffer, in order, and waits for them.
 pub fn run(ctx: &GpuContext, dispatches: &[&Dispatch]) -> Result<()> {
+    ctx.before_submit()?;
     ctx.scoped("run", || {
         let mut enc = ctx
             .device
@@ -248,6 +249,7 @@ pub fn read_f32(ctx: &GpuContext, buf: &wgpu::Buffer, n: usize) -> Result<Vec<f3
     if n == 0 {
         return Ok(Vec::new());
     }
+    ctx.before_submit()?;
     let staging = ctx.scoped("readback", || {
         let staging = ctx.device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("readback"),
