@@ -299,7 +299,7 @@ fn a_device_lost_during_the_selftest_records_no_failure() {
         ..Default::default()
     };
     opts.gpu.faults = Some(faults.clone());
-    let m = Arc::new(Model::load(&model_path(), &opts).expect("falls back, not an error"));
+    let m = Arc::new(Model::load(model_path(), &opts).expect("falls back, not an error"));
     assert!(faults.device_lost(), "the hook fired during the start");
     assert!(m.gpu().is_none(), "{}", m.device_name());
     assert!(m.load_fallback().is_some(), "the fallback is reported");
