@@ -57,6 +57,7 @@
 //! activations, readback staging, uniform ring); `gpu_weight_bytes` the resident weights.
 
 pub mod bandwidth;
+pub mod flops;
 pub mod kernels;
 pub mod plot;
 pub mod report;
