@@ -6,34 +6,10 @@
 //! SVG is well-formed with one point per result and both roofs. FAILS (never skips) without an
 //! adapter.
 
-use std::process::Command;
+mod common;
 
+use common::json::{int, memwall, num, text};
 use serde_json::Value;
-
-fn memwall(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_memwall"))
-        .args(args)
-        .output()
-        .expect("memwall binary runs")
-}
-
-fn num(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
-}
-
-fn int(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not an unsigned integer in {v}"))
-}
-
-fn text<'a>(v: &'a Value, key: &str) -> &'a str {
-    v[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("{key} is not a string in {v}"))
-}
 
 /// Checks the minimal XML structure: one root `<svg>` element, every tag closed in order.
 /// Returns the number of `<circle class="point"` elements.
