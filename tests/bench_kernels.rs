@@ -1,37 +1,15 @@
 //! `memwall bench-kernels --smoke` end to end on the default adapter (lavapipe in CI; the GL
 //! line of scripts/test.sh runs it on llvmpipe): the JSON schema field by field, the derived
-//! figures recomputed, every correctness check passing; the fault hook must make every check
-//! fail and the command exit non-zero; the roofline SVG is well-formed with one point per
-//! result. FAILS (never skips) without an adapter.
+//! figures recomputed, every correctness check passing, the timing source consistent with the
+//! adapter's TIMESTAMP_QUERY (and `--wall-clock` forcing the fallback), a positive compute
+//! roof; the fault hook must make every check fail and the command exit non-zero; the roofline
+//! SVG is well-formed with one point per result and both roofs. FAILS (never skips) without an
+//! adapter.
 
-use std::process::Command;
+mod common;
 
+use common::json::{int, memwall, num, text};
 use serde_json::Value;
-
-fn memwall(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_memwall"))
-        .args(args)
-        .output()
-        .expect("memwall binary runs")
-}
-
-fn num(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
-}
-
-fn int(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not an unsigned integer in {v}"))
-}
-
-fn text<'a>(v: &'a Value, key: &str) -> &'a str {
-    v[key]
-        .as_str()
-        .unwrap_or_else(|| panic!("{key} is not a string in {v}"))
-}
 
 /// Checks the minimal XML structure: one root `<svg>` element, every tag closed in order.
 /// Returns the number of `<circle class="point"` elements.
@@ -85,7 +63,7 @@ fn smoke_json_schema_checks_and_plot() {
     let stderr = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "bench-kernels failed: {stderr}");
     let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
-    assert_eq!(text(&v, "schema"), "memwall.bench-kernels/1");
+    assert_eq!(text(&v, "schema"), "memwall.bench-kernels/2");
     assert!(!text(&v, "clock").is_empty());
     assert_eq!(int(&v, "reps"), 2);
     let n_prefill = int(&v, "prefill_tokens");
@@ -98,7 +76,21 @@ fn smoke_json_schema_checks_and_plot() {
         }
         let probe = num(a, "probe_gbps");
         assert!(probe > 0.0 && probe.is_finite());
-        assert!(a["compute_gflops"].is_null() || num(a, "compute_gflops") > 0.0);
+        let peak = num(a, "peak_gflops");
+        assert!(peak > 0.0 && peak.is_finite(), "compute roof {peak}");
+        // Timestamps exactly where the adapter has them (a stamp pair read back unusable
+        // would demote a result to the wall clock, never the other way).
+        let stamps = a["timestamp_query"].as_bool().expect("timestamp_query");
+        let timing = text(a, "timing");
+        assert_eq!(
+            timing,
+            if stamps {
+                "gpu-timestamps"
+            } else {
+                "wall-clock"
+            },
+            "adapter timing vs TIMESTAMP_QUERY"
+        );
         let results = a["results"].as_array().expect("results");
         let mut variants = std::collections::BTreeSet::new();
         let mut formats = std::collections::BTreeSet::new();
@@ -127,6 +119,11 @@ fn smoke_json_schema_checks_and_plot() {
             let us = num(r, "median_us");
             assert!(us > 0.0 && us.is_finite());
             assert!(int(r, "launches") >= 1);
+            let rt = text(r, "timing");
+            assert!(
+                rt == timing || rt == "wall-clock",
+                "result timed by {rt} on an adapter timed by {timing}"
+            );
             let gbps = bytes as f64 / us / 1e3;
             assert!((num(r, "gbps") - gbps).abs() <= 1e-9 * gbps);
             let gflops = (2 * rows * cols * n) as f64 / us / 1e3;
@@ -148,7 +145,14 @@ fn smoke_json_schema_checks_and_plot() {
     }
     let svg = std::fs::read_to_string(&svg_path).expect("--plot wrote the SVG");
     assert_eq!(check_svg(&svg), n_results, "one point per result");
-    assert!(svg.contains(r#"class="roof""#), "a bandwidth roof line");
+    assert!(
+        svg.contains(r#"class="roof bandwidth""#),
+        "a bandwidth roof line"
+    );
+    assert!(
+        svg.contains(r#"class="roof compute""#),
+        "a compute roof line"
+    );
     let _ = std::fs::remove_file(&svg_path);
 }
 
@@ -171,6 +175,33 @@ fn smoke_detects_wrong_results() {
     for r in results {
         assert_eq!(r["ok"], Value::Bool(false), "{r}");
         assert!(num(r, "max_err") > num(r, "tol"), "{r}");
+    }
+}
+
+/// `--wall-clock` forces the fallback clock on every adapter and result, and the figures stay
+/// plausible (a positive time, the check passing).
+#[test]
+fn smoke_wall_clock_fallback() {
+    let o = memwall(&[
+        "bench-kernels",
+        "--smoke",
+        "--json",
+        "--formats",
+        "q8_0",
+        "--wall-clock",
+    ]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "bench-kernels failed: {stderr}");
+    let v: Value = serde_json::from_slice(&o.stdout).expect("stdout is JSON");
+    let a = &v["adapters"][0];
+    assert_eq!(text(a, "timing"), "wall-clock");
+    assert!(num(a, "peak_gflops") > 0.0);
+    let results = a["results"].as_array().expect("results");
+    assert!(!results.is_empty());
+    for r in results {
+        assert_eq!(text(r, "timing"), "wall-clock", "{r}");
+        assert!(num(r, "median_us") > 0.0);
+        assert_eq!(r["ok"], Value::Bool(true), "{r}");
     }
 }
 

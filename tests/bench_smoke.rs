@@ -3,18 +3,13 @@
 //! field by field and the derived figures recomputed from the file. The GPU test FAILS when
 //! no adapter opens (`memwall bench --device gpu` exits non-zero).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+mod common;
 
+use std::path::{Path, PathBuf};
+
+use common::json::{int, memwall, num};
 use memwall::gguf::Gguf;
 use serde_json::Value;
-
-fn memwall(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_memwall"))
-        .args(args)
-        .output()
-        .expect("memwall binary runs")
-}
 
 /// A tiny Q4_0 model written by `memwall synth` into a fresh directory.
 fn tiny_model(tag: &str) -> PathBuf {
@@ -31,16 +26,21 @@ fn tiny_model(tag: &str) -> PathBuf {
     path
 }
 
-fn num(v: &Value, key: &str) -> f64 {
-    v[key]
-        .as_f64()
-        .unwrap_or_else(|| panic!("{key} is not a number in {v}"))
-}
-
-fn int(v: &Value, key: &str) -> u64 {
-    v[key]
-        .as_u64()
-        .unwrap_or_else(|| panic!("{key} is not an unsigned integer in {v}"))
+/// `memwall bench` on the model at `model` with `-p prompt -n gen -r reps -d device`, then
+/// `extra`: the argument list every test here starts from.
+fn bench_args<'a>(
+    model: &'a str,
+    prompt: &'a str,
+    gen: &'a str,
+    reps: &'a str,
+    device: &'a str,
+    extra: &[&'a str],
+) -> Vec<&'a str> {
+    let mut v = vec![
+        "bench", "-m", model, "-p", prompt, "-n", gen, "-r", reps, "--device", device,
+    ];
+    v.extend_from_slice(extra);
+    v
 }
 
 fn check_stat(v: &Value, key: &str, reps: usize) -> f64 {
@@ -66,23 +66,14 @@ fn check_stat(v: &Value, key: &str, reps: usize) -> f64 {
 /// Runs the smoke bench on `device` and checks every field of the report.
 fn smoke(device: &str, path: &Path) {
     let p = path.to_str().unwrap();
-    let args = [
-        "bench",
-        "-m",
+    let o = memwall(&bench_args(
         p,
-        "-p",
         "8",
-        "-n",
         "4",
-        "-r",
         "2",
-        "--device",
         device,
-        "--probe-mib",
-        "1",
-        "--json",
-    ];
-    let o = memwall(&args);
+        &["--probe-mib", "1", "--json"],
+    ));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "bench --device {device} failed: {err}");
     let out = String::from_utf8_lossy(&o.stdout);
@@ -188,20 +179,7 @@ fn bench_cpu_smoke() {
     smoke("cpu", &path);
     // The table form prints one row per configuration (two here, from a comma list).
     let p = path.to_str().unwrap();
-    let o = memwall(&[
-        "bench",
-        "-m",
-        p,
-        "-p",
-        "4",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "-d",
-        "cpu,cpu",
-        "--no-probe",
-    ]);
+    let o = memwall(&bench_args(p, "4", "2", "1", "cpu,cpu", &["--no-probe"]));
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let table = String::from_utf8_lossy(&o.stdout);
     assert_eq!(
@@ -224,20 +202,7 @@ fn bench_gpu_smoke() {
 fn gpu_speed_is_reported_against_the_cpu_path() {
     let path = tiny_model("vs-cpu");
     let p = path.to_str().unwrap();
-    let args = [
-        "bench",
-        "-m",
-        p,
-        "-p",
-        "4",
-        "-n",
-        "2",
-        "-r",
-        "1",
-        "-d",
-        "cpu,gpu",
-        "--no-probe",
-    ];
+    let args = bench_args(p, "4", "2", "1", "cpu,gpu", &["--no-probe"]);
     let o = memwall(&[&args[..], &["--json"]].concat());
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let r: Value = serde_json::from_str(String::from_utf8_lossy(&o.stdout).trim()).unwrap();

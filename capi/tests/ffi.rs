@@ -40,6 +40,19 @@ unsafe extern "C" fn on_token(text: *const c_char, len: usize, _id: i32, user: *
     1
 }
 
+/// The Rust API's model the C API's output is compared with (CPU, the tests' 256-token
+/// context): loaded once and shared by the tests, which each make their own session.
+fn reference_model() -> &'static memwall::api::Model {
+    static MODEL: std::sync::OnceLock<memwall::api::Model> = std::sync::OnceLock::new();
+    MODEL.get_or_init(|| {
+        memwall::api::ModelConfig::new(common::model_path())
+            .device(memwall::api::DeviceChoice::Cpu)
+            .n_ctx(256)
+            .load()
+            .unwrap()
+    })
+}
+
 fn last_error() -> String {
     // SAFETY: never NULL, NUL-terminated.
     unsafe { CStr::from_ptr(memwall_last_error()) }
@@ -78,12 +91,7 @@ fn cancel_from_another_thread_and_busy_session() {
         assert_eq!(st.busy_code, Some(ERR_BUSY));
 
         // The text so far is the Rust API's first three pieces (greedy, same context).
-        let m2 = memwall::api::ModelConfig::new(common::model_path())
-            .device(memwall::api::DeviceChoice::Cpu)
-            .n_ctx(256)
-            .load()
-            .unwrap();
-        let mut rs = m2.session().unwrap();
+        let mut rs = reference_model().session().unwrap();
         rs.set_max_tokens(3);
         let expected = rs
             .prompt("The three primary colors are")
@@ -143,12 +151,7 @@ fn chat_matches_the_rust_api() {
         memwall_session_free(s);
         memwall_model_free(m);
     }
-    let m2 = memwall::api::ModelConfig::new(common::model_path())
-        .device(memwall::api::DeviceChoice::Cpu)
-        .n_ctx(256)
-        .load()
-        .unwrap();
-    let mut rs = m2.session().unwrap();
+    let mut rs = reference_model().session().unwrap();
     rs.set_max_tokens(16);
     let expected = rs
         .chat(&[memwall::api::ChatMessage::new(role, content)])

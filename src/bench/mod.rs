@@ -57,10 +57,12 @@
 //! activations, readback staging, uniform ring); `gpu_weight_bytes` the resident weights.
 
 pub mod bandwidth;
+pub mod flops;
 pub mod kernels;
 pub mod plot;
 pub mod report;
 pub mod requant;
+pub mod results;
 pub mod synth;
 
 use std::path::Path;
@@ -70,6 +72,9 @@ use std::time::Instant;
 use crate::engine::{DeviceChoice, LoadOptions, Model, Session};
 use crate::error::{Error, Result};
 use bandwidth::ProbeResult;
+pub use results::{
+    BenchReport, BytesPerToken, ConfigResult, Memory, ModelSummary, SpeedRatio, Stat,
+};
 
 /// The `schema` field of the JSON output.
 pub const SCHEMA: &str = "memwall.bench/1";
@@ -172,152 +177,6 @@ pub fn placement_opts(item: &str) -> Result<(&str, PlacementOpts)> {
     Ok((dev, (ngl, resident)))
 }
 
-/// Summary statistics of repeated measurements.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
-pub struct Stat {
-    pub mean: f64,
-    /// Sample standard deviation (n - 1 in the denominator; 0 for one sample).
-    pub sd: f64,
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-    pub samples: Vec<f64>,
-}
-
-impl Stat {
-    pub fn new(samples: Vec<f64>) -> Stat {
-        let n = samples.len();
-        if n == 0 {
-            return Stat {
-                mean: 0.0,
-                sd: 0.0,
-                median: 0.0,
-                min: 0.0,
-                max: 0.0,
-                samples,
-            };
-        }
-        let mean = samples.iter().sum::<f64>() / n as f64;
-        let var = if n > 1 {
-            samples.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / (n - 1) as f64
-        } else {
-            0.0
-        };
-        let mut sorted = samples.clone();
-        sorted.sort_by(f64::total_cmp);
-        let median = if n % 2 == 1 {
-            sorted[n / 2]
-        } else {
-            (sorted[n / 2 - 1] + sorted[n / 2]) / 2.0
-        };
-        Stat {
-            mean,
-            sd: var.sqrt(),
-            median,
-            min: sorted[0],
-            max: sorted[n - 1],
-            samples,
-        }
-    }
-}
-
-/// The model a report is about.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ModelSummary {
-    pub path: String,
-    pub arch: String,
-    pub n_layer: usize,
-    pub n_embd: usize,
-    pub n_vocab: usize,
-    pub file_bytes: u64,
-    pub weight_bytes_per_token: u64,
-    /// KV cache bytes per position: K and V, f32, every layer.
-    pub kv_bytes_per_position: u64,
-}
-
-/// Bytes one decoded token must move.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-pub struct BytesPerToken {
-    pub weights: u64,
-    /// The KV cache read at the mean context.
-    pub kv: u64,
-    pub total: u64,
-}
-
-/// Memory a configuration used.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct Memory {
-    /// The process's peak resident set (VmHWM), when /proc has it.
-    pub peak_rss_bytes: Option<u64>,
-    /// Bytes of tensor data in the mapped GGUF file.
-    pub mapped_weight_bytes: u64,
-    /// The session's KV cache.
-    pub kv_bytes: u64,
-    pub gpu_weight_bytes: Option<u64>,
-    pub gpu_session_bytes: Option<u64>,
-    pub gpu_total_bytes: Option<u64>,
-}
-
-/// One configuration's results.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct ConfigResult {
-    pub device: String,
-    pub device_name: String,
-    /// The decode placement (`Placement::compact`: embed|blocks|head, `G` GPU, `c` CPU),
-    /// with " (streamed)" when blocks stream their weights.
-    pub placement: String,
-    pub threads: Option<usize>,
-    pub load_ms: f64,
-    pub ttft_ms: f64,
-    pub prefill_tps: Stat,
-    pub decode_tps: Stat,
-    pub mean_ctx: f64,
-    pub bytes_per_token: BytesPerToken,
-    pub achieved_gbs: f64,
-    pub memory: Memory,
-    pub probe: Option<ProbeResult>,
-    pub fraction_of_probe: Option<f64>,
-    /// This configuration's speed over memwall's own all-CPU path (`-d cpu`) in the same run,
-    /// when the run has one: how much the GPU (or a split) gains on this machine.
-    pub vs_cpu: Option<SpeedRatio>,
-}
-
-/// Mean tokens/s of one configuration divided by the all-CPU configuration's.
-#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
-pub struct SpeedRatio {
-    pub prefill: f64,
-    pub decode: f64,
-}
-
-/// Fills every configuration's [`ConfigResult::vs_cpu`] from the first `cpu` configuration
-/// (none when the run has no such configuration).
-fn fill_vs_cpu(configs: &mut [ConfigResult]) {
-    let Some((p, d)) = configs
-        .iter()
-        .find(|c| c.device == "cpu")
-        .map(|c| (c.prefill_tps.mean, c.decode_tps.mean))
-    else {
-        return;
-    };
-    for c in configs.iter_mut() {
-        c.vs_cpu = Some(SpeedRatio {
-            prefill: c.prefill_tps.mean / p.max(1e-12),
-            decode: c.decode_tps.mean / d.max(1e-12),
-        });
-    }
-}
-
-/// What `memwall bench` prints.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct BenchReport {
-    pub schema: &'static str,
-    pub model: ModelSummary,
-    pub n_prompt: usize,
-    pub n_gen: usize,
-    pub reps: usize,
-    pub configs: Vec<ConfigResult>,
-}
-
 /// `n` pseudo-random token ids below `n_vocab`, the same for a given seed (llama-bench also
 /// benchmarks on random ids: speed does not depend on which tokens they are).
 pub fn synthetic_prompt(n: usize, n_vocab: usize, seed: u64) -> Vec<u32> {
@@ -393,7 +252,7 @@ pub fn run_bench(
     }
     let model =
         summary.ok_or_else(|| Error::InvalidArgument("bench needs at least one device".into()))?;
-    fill_vs_cpu(&mut configs);
+    results::fill_vs_cpu(&mut configs);
     Ok(BenchReport {
         schema: SCHEMA,
         model,
@@ -575,16 +434,6 @@ pub fn run_probes(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn stat_matches_hand_computed_values() {
-        let s = Stat::new(vec![2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]);
-        assert_eq!(s.mean, 5.0);
-        // Sum of squared deviations 32 over n - 1 = 7.
-        assert!((s.sd - (32.0f64 / 7.0).sqrt()).abs() < 1e-12);
-        assert_eq!((s.median, s.min, s.max), (4.5, 2.0, 9.0));
-        assert_eq!(Stat::new(vec![3.0]).sd, 0.0);
-    }
 
     #[test]
     fn prompt_ids_are_valid_and_reproducible() {

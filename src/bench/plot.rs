@@ -1,8 +1,10 @@
 //! The roofline chart of `memwall bench-kernels --plot FILE.svg`, written by hand (no plotting
 //! dependency): x = arithmetic intensity (FLOP per byte moved), y = achieved GFLOP/s, both on
-//! log scales; each adapter's bandwidth roof `y = probe GB/s * x` as a line, its compute roof
-//! as a horizontal line where measured; one point (`<circle class="point">`) per result,
-//! coloured by variant with a legend.
+//! log scales; each adapter's bandwidth roof `y = probe GB/s * x` (`class="roof bandwidth"`)
+//! and its compute roof `y = peak GFLOP/s` (`class="roof compute"`, the fma probe), each drawn
+//! up to the ridge point where they meet (`x = peak / probe`), so the two make the roofline;
+//! one point (`<circle class="point">`) per result at its arithmetic intensity, coloured by
+//! variant, with a legend.
 
 use std::fmt::Write;
 
@@ -40,6 +42,11 @@ fn decades(min: f64, max: f64) -> (f64, f64) {
     (lo, hi)
 }
 
+/// The adapter's compute roof where it is plottable.
+fn compute_roof(a: &super::kernels::AdapterReport) -> Option<f64> {
+    (a.peak_gflops > 0.0 && a.peak_gflops.is_finite()).then_some(a.peak_gflops)
+}
+
 /// The SVG document. Results with a non-positive or non-finite figure are left out (they have
 /// no place on a log scale).
 pub fn roofline_svg(rep: &KernelsReport) -> String {
@@ -66,8 +73,12 @@ pub fn roofline_svg(rep: &KernelsReport) -> String {
         if a.probe_gbps > 0.0 && a.probe_gbps.is_finite() {
             ymax = ymax.max(a.probe_gbps * xmax);
         }
-        if let Some(c) = a.compute_gflops.filter(|c| *c > 0.0 && c.is_finite()) {
+        if let Some(c) = compute_roof(a) {
             ymax = ymax.max(c);
+            // The ridge point on the chart.
+            if a.probe_gbps > 0.0 && a.probe_gbps.is_finite() {
+                xmax = xmax.max(c / a.probe_gbps);
+            }
         }
     }
     let (x0, x1) = decades(xmin, xmax);
@@ -145,26 +156,38 @@ pub fn roofline_svg(rep: &KernelsReport) -> String {
     let (ax0, ax1) = (10f64.powf(x0), 10f64.powf(x1));
     for (i, a) in rep.adapters.iter().enumerate() {
         let dash = DASHES[i % DASHES.len()];
-        if a.probe_gbps > 0.0 && a.probe_gbps.is_finite() {
+        let bw = (a.probe_gbps > 0.0 && a.probe_gbps.is_finite()).then_some(a.probe_gbps);
+        let peak = compute_roof(a);
+        // Where the roofs meet: the bandwidth roof ends and the compute roof begins there.
+        let ridge = match (bw, peak) {
+            (Some(b), Some(c)) => Some(c / b),
+            _ => None,
+        };
+        if let Some(b) = bw {
+            let x_end = ridge.map_or(ax1, |r| r.min(ax1));
             let _ = writeln!(
                 s,
-                r##"<line class="roof" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{dash}"/>"##,
+                r##"<line class="roof bandwidth" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#000" stroke-width="1.5" stroke-dasharray="{dash}"/>"##,
                 px(ax0),
-                py(a.probe_gbps * ax0),
-                px(ax1),
-                py(a.probe_gbps * ax1)
+                py(b * ax0),
+                px(x_end),
+                py(b * x_end)
             );
         }
-        if let Some(c) = a.compute_gflops.filter(|c| *c > 0.0 && c.is_finite()) {
+        if let Some(c) = peak {
+            let x_start = ridge.map_or(ax0, |r| r.max(ax0));
             let _ = writeln!(
                 s,
-                r##"<line class="roof" x1="{L}" y1="{:.1}" x2="{}" y2="{:.1}" stroke="#900" stroke-dasharray="{dash}"/>"##,
+                r##"<line class="roof compute" x1="{:.1}" y1="{:.1}" x2="{:.1}" y2="{:.1}" stroke="#900" stroke-width="1.5" stroke-dasharray="{dash}"/>"##,
+                px(x_start),
                 py(c),
-                W - R,
+                px(ax1),
                 py(c)
             );
         }
     }
+    let _ = writeln!(s, "</g>");
+    let _ = writeln!(s, r#"<g clip-path="url(#area)">"#);
     for (i, r) in &points {
         let a = &rep.adapters[*i];
         let _ = writeln!(
@@ -204,21 +227,31 @@ pub fn roofline_svg(rep: &KernelsReport) -> String {
             lx + 26.0,
             ly + 4.0,
             esc(&format!(
-                "{} ({}) read {:.1} GB/s",
+                "{} ({}) read {:.2} GB/s",
                 a.name.split(' ').next().unwrap_or(""),
                 a.backend,
                 a.probe_gbps
             ))
         );
         ly += 18.0;
-    }
-    if rep.adapters.iter().all(|a| a.compute_gflops.is_none()) {
+        if let Some(c) = compute_roof(a) {
+            let _ = writeln!(
+                s,
+                r##"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="#900" stroke-dasharray="{dash}"/><text x="{}" y="{}">{}</text>"##,
+                lx + 20.0,
+                lx + 26.0,
+                ly + 4.0,
+                esc(&format!("fma peak {c:.1} GFLOP/s"))
+            );
+            ly += 18.0;
+        }
         let _ = writeln!(
             s,
-            r##"<text x="{lx}" y="{}" font-size="11" fill="#555">compute roof not measured:</text><text x="{lx}" y="{}" font-size="11" fill="#555">bandwidth roofs only</text>"##,
-            ly + 8.0,
-            ly + 22.0
+            r##"<text x="{lx}" y="{}" font-size="11" fill="#555">{}</text>"##,
+            ly + 2.0,
+            esc(&format!("timed by {}", a.timing))
         );
+        ly += 18.0;
     }
     s.push_str("</svg>\n");
     s
@@ -238,6 +271,7 @@ mod tests {
             n: 1,
             median_us: 1.0,
             launches: 1,
+            timing: "wall-clock".into(),
             bytes,
             flops,
             gbps: 1.0,
@@ -249,15 +283,17 @@ mod tests {
         }
     }
 
-    fn adapter(name: &str, results: Vec<KernelResult>, compute: Option<f64>) -> AdapterReport {
+    fn adapter(name: &str, results: Vec<KernelResult>, compute: f64) -> AdapterReport {
         AdapterReport {
             name: name.into(),
             backend: "Vulkan".into(),
             driver: "d".into(),
             driver_info: "i".into(),
             device_type: "Cpu".into(),
+            timestamp_query: false,
+            timing: "wall-clock".into(),
             probe_gbps: 2.0,
-            compute_gflops: compute,
+            peak_gflops: compute,
             results,
             skipped: Vec::new(),
         }
@@ -279,16 +315,19 @@ mod tests {
                         // No place on a log scale: left out.
                         result("matvec <x>", 256, 100, 0.0),
                     ],
-                    None,
+                    // Not measured (NaN): no compute roof drawn.
+                    f64::NAN,
                 ),
-                adapter("C", vec![result("matvec_rows", 256, 80, 0.02)], Some(100.0)),
+                adapter("C", vec![result("matvec_rows", 256, 80, 0.02)], 100.0),
             ],
         };
         let svg = roofline_svg(&rep);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert_eq!(svg.matches(r#"<circle class="point""#).count(), 3);
         // Two bandwidth roofs and one compute roof.
-        assert_eq!(svg.matches(r#"class="roof""#).count(), 3);
+        assert_eq!(svg.matches(r#"class="roof bandwidth""#).count(), 2);
+        assert_eq!(svg.matches(r#"class="roof compute""#).count(), 1);
+        assert!(svg.contains("fma peak 100.0 GFLOP/s"));
         assert!(svg.contains("matvec &lt;x&gt;") && svg.contains("A&amp;B &lt;gpu&gt;"));
         assert!(!svg.contains("<x>") && !svg.contains("A&B"));
         assert!(!svg.contains("NaN") && !svg.contains("inf"));

@@ -2,6 +2,7 @@
 #![allow(dead_code)]
 
 pub mod agreement;
+pub mod json;
 pub mod kv;
 
 use std::path::PathBuf;

@@ -9,56 +9,62 @@
 //! together with its `quantize_act`), and the tiled prefill `matmul` over [`PREFILL_TOKENS`]
 //! tokens. A variant the adapter cannot run (no SUBGROUP, no SHADER_F16) is not listed.
 //!
-//! Timing: each measurement submits `k` back-to-back launches in one command buffer and waits
-//! for the device (wall clock); `k` is chosen after a warm-up so a submission lasts about
-//! [`TARGET_SUBMIT_S`]; the median over the repetitions, divided by `k`, is the time per call.
-//! GPU timestamp queries are not used yet (the `clock` field says which clock was used).
+//! Timing ([`timing`]): each repetition records `k` back-to-back calls into one submission
+//! (`k` sized after a warm-up so it lasts about [`timing::TARGET_SUBMIT_S`]); with
+//! `TIMESTAMP_QUERY` its time is the GPU's between two timestamps around the calls (the
+//! engine's [`crate::gpu::timing::GpuTimer`]), else the host's wall clock around submit and
+//! wait. The median over the repetitions, divided by `k`, is the time per call; `timing` says
+//! which clock (per adapter, and per result where a stamp pair read back unusable).
+//!
+//! Roofs: the read-bandwidth probe (`shaders/bandwidth.wgsl`, [`super::bandwidth`]) and the
+//! compute probe (`shaders/flops.wgsl`, [`super::flops`]: f32 fma throughput), both measured
+//! on each adapter before its kernels; `--plot` draws them as a roofline.
 //!
 //! Bytes moved per call: the weight buffers (quants + scales, as uploaded) plus the activations
 //! read and the outputs written (quantize_act's f32 read and int8 + scales write included for
 //! the 8-bit path); the tiled matmul counts its input and output once (the minimum traffic).
 //! FLOPs: `2 rows cols n`.
 //!
-//! # JSON schema (`--json`, `schema` = `"memwall.bench-kernels/1"`)
+//! # JSON schema (`--json`, `schema` = `"memwall.bench-kernels/2"`)
 //!
 //! ```text
-//! { "schema": "memwall.bench-kernels/1", "clock": str, "reps": int, "prefill_tokens": int,
+//! { "schema": "memwall.bench-kernels/2", "clock": str, "reps": int, "prefill_tokens": int,
 //!   "adapters": [ {
 //!     "name": str, "backend": str, "driver": str, "driver_info": str, "device_type": str,
+//!     "timestamp_query": bool,          // the adapter has TIMESTAMP_QUERY
+//!     "timing": "gpu-timestamps" | "wall-clock",  // the kernels' clock on this adapter
 //!     "probe_gbps": float,              // the read-bandwidth probe (shaders/bandwidth.wgsl)
-//!     "compute_gflops": float | null,   // compute roof (not measured yet: null)
+//!     "peak_gflops": float,             // the compute probe (shaders/flops.wgsl)
 //!     "results": [ { "variant": str, "format": str, "rows": int, "cols": int, "n": int,
-//!                    "median_us": float, "launches": int, "bytes": int, "flops": int,
+//!                    "median_us": float, "launches": int, "timing": str,
+//!                    "bytes": int, "flops": int,
 //!                    "gbps": float, "gflops": float, "frac_bw": float,
 //!                    "max_err": float | null, "tol": float, "ok": bool } ],
 //!     "skipped": [ { "format": str, "rows": int, "cols": int, "reason": str } ] } ] }
 //! ```
-//! `max_err` is null when an output was NaN.
+//! `max_err` is null when an output was NaN. `launches` counts calls per timed submission.
+//! A result's `timing` is its adapter's, or `wall-clock` where its stamps read back unusable.
+//! (Schema 1 had no `timing`/`timestamp_query` and a null `compute_gflops`.)
 
 pub mod check;
 pub mod report;
-
-use std::collections::HashMap;
-use std::time::Instant;
+pub mod timing;
 
 use crate::error::{Error, Result};
 use crate::gpu::device::{list_adapters, DeviceSelector, GpuContext};
-use crate::gpu::kernels::{self, Dispatch, GpuMatrix, KernelOptions, Kernels};
+use crate::gpu::kernels::{self, GpuMatrix, KernelOptions, Kernels};
 use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::repack::repack;
 use crate::gpu::selftest::{self, checks, Rng};
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 use check::Reference;
 pub use report::{AdapterReport, KernelResult, KernelsReport, Skipped};
+use std::collections::HashMap;
 
 /// The `schema` field of the JSON output.
-pub const SCHEMA: &str = "memwall.bench-kernels/1";
+pub const SCHEMA: &str = "memwall.bench-kernels/2";
 /// Tokens of the prefill matmul rows.
 pub const PREFILL_TOKENS: usize = 64;
-/// Wall time one timed submission aims at (the launches per submission are chosen for it).
-pub const TARGET_SUBMIT_S: f64 = 0.02;
-/// Most launches in one submission.
-const MAX_LAUNCHES: usize = 64;
 
 /// Weight formats benchmarked, in this order.
 pub const FORMATS: [WeightFormat; 6] = [
@@ -109,6 +115,8 @@ pub struct KernelsOptions {
     pub probe_runs: usize,
     /// Test hook: perturb the reference of every result, so every check must fail.
     pub fault: bool,
+    /// Time by the host's wall clock even where the adapter has GPU timestamps.
+    pub wall_clock: bool,
 }
 
 /// The adapters `device` names: every one for `all`, else each comma item's.
@@ -156,24 +164,6 @@ fn key_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::Matmul { ty } => Some(ty),
         _ => None,
     }
-}
-
-/// Seconds per call of `ds` (one call = the dispatches of `ds` in order) and the calls per
-/// submission: a warm-up submission sizes the batch, then `reps` submissions, median.
-fn time_calls(ctx: &GpuContext, ds: &[&Dispatch], reps: usize) -> Result<(f64, usize)> {
-    let t = Instant::now();
-    kernels::run(ctx, ds)?;
-    let once = t.elapsed().as_secs_f64();
-    let k = ((TARGET_SUBMIT_S / once.max(1e-9)).ceil() as usize).clamp(1, MAX_LAUNCHES);
-    let batch: Vec<&Dispatch> = (0..k).flat_map(|_| ds.iter().copied()).collect();
-    let mut v = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
-        let t = Instant::now();
-        kernels::run(ctx, &batch)?;
-        v.push(t.elapsed().as_secs_f64() / k as f64);
-    }
-    v.sort_by(f64::total_cmp);
-    Ok((v[v.len() / 2], k))
 }
 
 /// Bytes of host memory the reference of a `[rows, cols]` shape needs at most (seeded values,
@@ -244,10 +234,12 @@ pub fn run_kernels_bench(
             let ks = Kernels::with_options(ctx, false)?;
             super::bandwidth::gpu_probe(ctx, &ks, opts.probe_bytes, opts.probe_runs)?
         };
+        let peak = super::flops::gpu_flops(&a.ctx, opts.probe_runs)?;
+        let timing = timing::source(&a.ctx, opts.wall_clock);
         let info = &a.ctx.info;
         progress(&format!(
-            "{} ({}, {}): read probe {:.2} GB/s",
-            info.name, info.backend, info.driver, probe.read_gbs
+            "{} ({}, {}): read probe {:.2} GB/s, compute probe {:.1} GFLOP/s; kernels timed by {timing}",
+            info.name, info.backend, info.driver, probe.read_gbs, peak.gflops
         ));
         let mut rep = AdapterReport {
             name: info.name.clone(),
@@ -255,8 +247,10 @@ pub fn run_kernels_bench(
             driver: info.driver.clone(),
             driver_info: info.driver_info.clone(),
             device_type: info.device_type.clone(),
+            timestamp_query: info.timestamp_query,
+            timing: timing.into(),
             probe_gbps: probe.read_gbs,
-            compute_gflops: None,
+            peak_gflops: peak.gflops,
             results: Vec::new(),
             skipped: Vec::new(),
         };
@@ -286,9 +280,13 @@ pub fn run_kernels_bench(
     Ok(KernelsReport {
         schema: SCHEMA.into(),
         clock: format!(
-            "wall clock around k back-to-back launches in one submission (k sized to ~{} ms), \
-             median of the repetitions / k",
-            TARGET_SUBMIT_S * 1e3
+            "k back-to-back calls in one submission (k sized to ~{} ms), median of the \
+             repetitions / k; each repetition timed by GPU timestamps around the k calls \
+             (timing = {}) or by the wall clock around the submission and its wait \
+             (timing = {})",
+            timing::TARGET_SUBMIT_S * 1e3,
+            timing::GPU_TIMESTAMPS,
+            timing::WALL_CLOCK
         ),
         reps: opts.reps,
         prefill_tokens: PREFILL_TOKENS,
@@ -369,7 +367,8 @@ fn bench_matrix(
     let weight_bytes = m.quants.size() + m.scales.as_ref().map_or(0, |s| s.size());
     let mut out = Vec::new();
     for key in keys {
-        let (secs, launches, got) = bench_variant(a, opts, &m, key, &xb, &qx, &qd, &reference)?;
+        let (timed, got) = bench_variant(a, opts, &m, key, &xb, &qx, &qd, &reference)?;
+        let secs = timed.secs;
         let tokens = if matches!(key, KernelKey::Matmul { .. }) {
             n
         } else {
@@ -396,7 +395,8 @@ fn bench_matrix(
             cols,
             n: tokens,
             median_us: secs * 1e6,
-            launches,
+            launches: timed.calls,
+            timing: timed.timing.into(),
             bytes,
             flops,
             gbps: bytes as f64 / secs / 1e9,
@@ -416,8 +416,8 @@ fn bench_matrix(
     Ok(Ok(out))
 }
 
-/// Times `key` on `m` and reads its outputs: (seconds per call, launches per submission, one
-/// `[rows]` output per checked token of `reference`).
+/// Times `key` on `m` and reads its outputs: (the time per call, one `[rows]` output per
+/// checked token of `reference`).
 #[allow(clippy::too_many_arguments)]
 fn bench_variant(
     a: &mut Adapter,
@@ -428,7 +428,7 @@ fn bench_variant(
     qx: &wgpu::Buffer,
     qd: &wgpu::Buffer,
     reference: &Reference,
-) -> Result<(f64, usize, Vec<Vec<f32>>)> {
+) -> Result<(timing::Timed, Vec<Vec<f32>>)> {
     let (rows, cols, n) = (m.rows, m.cols, PREFILL_TOKENS);
     let Adapter { ctx, sets, .. } = a;
     let ks = kernel_set(ctx, sets, &key)?;
@@ -446,12 +446,12 @@ fn bench_variant(
         1
     };
     let yb = &kernels::upload_f32(ctx, "y", &vec![f32::NAN; written * rows])?;
-    let mut ds = Vec::new();
+    let mut launches = Vec::new();
     if matches!(
         key,
         KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Rows { .. }
     ) {
-        ds.push(ks.prepare(ctx, ks.quantize_act_launch(xb, qx, qd, 1, cols)?)?);
+        launches.push(ks.quantize_act_launch(xb, qx, qd, 1, cols)?);
     }
     let launch = match key {
         KernelKey::Matmul { .. } => ks.matmul_launch(m, xb, yb, n, rows, 0)?,
@@ -460,9 +460,15 @@ fn bench_variant(
         }
         _ => ks.matvec_launch(m, xb, yb)?,
     };
-    ds.push(selftest::prepare(ctx, ks, launch, key)?);
-    let refs: Vec<&Dispatch> = ds.iter().collect();
-    let (secs, k) = time_calls(ctx, &refs, opts.reps)?;
+    if launch.key != key {
+        return Err(Error::Gpu(format!(
+            "bench of {} built a launch of {}",
+            key.label(),
+            launch.key.label()
+        )));
+    }
+    launches.push(launch);
+    let timed = timing::time_calls(ctx, ks, &launches, opts.reps, opts.wall_clock)?;
     let y = kernels::read_f32(ctx, yb, written * rows)?;
     let got = reference
         .tokens
@@ -470,7 +476,7 @@ fn bench_variant(
         .filter(|&&t| t < written)
         .map(|&t| y[t * rows..(t + 1) * rows].to_vec())
         .collect();
-    Ok((secs, k, got))
+    Ok((timed, got))
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The report of `memwall bench-kernels` (its JSON is the `memwall.bench-kernels/1` schema in
+//! The report of `memwall bench-kernels` (its JSON is the `memwall.bench-kernels/2` schema in
 //! the parent module's docs) and its terminal table.
 
 use std::fmt::Write;
@@ -24,10 +24,14 @@ pub struct AdapterReport {
     pub driver: String,
     pub driver_info: String,
     pub device_type: String,
+    /// Whether the adapter has TIMESTAMP_QUERY.
+    pub timestamp_query: bool,
+    /// The kernels' clock here: `gpu-timestamps` or `wall-clock`.
+    pub timing: String,
     /// Measured read bandwidth (GB/s, 1e9 bytes/s): the roof `frac_bw` divides by.
     pub probe_gbps: f64,
-    /// Measured compute roof (GFLOP/s); None: not measured.
-    pub compute_gflops: Option<f64>,
+    /// Measured f32 fma throughput (GFLOP/s): the compute roof.
+    pub peak_gflops: f64,
     pub results: Vec<KernelResult>,
     pub skipped: Vec<Skipped>,
 }
@@ -47,6 +51,8 @@ pub struct KernelResult {
     pub median_us: f64,
     /// Calls per timed submission.
     pub launches: usize,
+    /// The clock of `median_us`: `gpu-timestamps` or `wall-clock`.
+    pub timing: String,
     /// Bytes moved per call (weights + activations in and out).
     pub bytes: u64,
     /// 2 rows cols n.
@@ -86,13 +92,14 @@ impl KernelsReport {
 /// One result as a progress line.
 pub fn line(r: &KernelResult) -> String {
     format!(
-        "{:<22} {:<5} [{} x {}] x{}: {:.1} us, {:.2} GB/s ({:.0}% of probe), {:.2} GFLOP/s, {}",
+        "{:<22} {:<5} [{} x {}] x{}: {:.1} us ({}), {:.2} GB/s ({:.0}% of probe), {:.2} GFLOP/s, {}",
         r.variant,
         r.format,
         r.rows,
         r.cols,
         r.n,
         r.median_us,
+        r.timing,
         r.gbps,
         r.frac_bw * 100.0,
         r.gflops,
@@ -108,23 +115,18 @@ pub fn table(rep: &KernelsReport) -> String {
     for a in &rep.adapters {
         let _ = writeln!(
             s,
-            "\n{} ({}, {} {}): read probe {:.2} GB/s; compute roof {}",
-            a.name,
-            a.backend,
-            a.driver,
-            a.driver_info,
-            a.probe_gbps,
-            a.compute_gflops
-                .map_or("not measured".into(), |g| format!("{g:.1} GFLOP/s"))
+            "\n{} ({}, {} {}): read probe {:.2} GB/s; compute roof {:.1} GFLOP/s; timed by {}",
+            a.name, a.backend, a.driver, a.driver_info, a.probe_gbps, a.peak_gflops, a.timing
         );
         let _ = writeln!(
             s,
-            "{:<22} {:<5} {:>13} {:>3} {:>11} {:>8} {:>9} {:>7} {:>10} {:>10}  check",
+            "{:<22} {:<5} {:>13} {:>3} {:>11} {:<5} {:>8} {:>9} {:>7} {:>10} {:>10}  check",
             "variant",
             "fmt",
             "rows x cols",
             "n",
             "median us",
+            "clock",
             "GB/s",
             "GFLOP/s",
             "of bw",
@@ -134,12 +136,17 @@ pub fn table(rep: &KernelsReport) -> String {
         for r in &a.results {
             let _ = writeln!(
                 s,
-                "{:<22} {:<5} {:>13} {:>3} {:>11.1} {:>8.2} {:>9.2} {:>6.0}% {:>10} {:>10.2e}  {}",
+                "{:<22} {:<5} {:>13} {:>3} {:>11.1} {:<5} {:>8.2} {:>9.2} {:>6.0}% {:>10} {:>10.2e}  {}",
                 r.variant,
                 r.format,
                 format!("{}x{}", r.rows, r.cols),
                 r.n,
                 r.median_us,
+                if r.timing == super::timing::GPU_TIMESTAMPS {
+                    "gpu"
+                } else {
+                    "wall"
+                },
                 r.gbps,
                 r.gflops,
                 r.frac_bw * 100.0,

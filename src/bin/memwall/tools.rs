@@ -271,12 +271,15 @@ pub(crate) struct BenchKernelsArgs {
     /// MiB of the read-bandwidth probe's buffer (capped by the binding limit).
     #[arg(long, default_value_t = 256)]
     probe_mib: u64,
-    /// Print the report as JSON (schema memwall.bench-kernels/1); progress goes to stderr.
+    /// Print the report as JSON (schema memwall.bench-kernels/2); progress goes to stderr.
     #[arg(long)]
     json: bool,
     /// Write a roofline chart (SVG) of the results.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Time the kernels by the host's wall clock even where the adapter has GPU timestamps.
+    #[arg(long)]
+    wall_clock: bool,
     /// Test hook: perturb every reference so that every check must fail.
     #[arg(long, hide = true)]
     inject_fault: bool,
@@ -312,6 +315,7 @@ pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
         probe_bytes: if a.smoke { 4 << 20 } else { a.probe_mib << 20 },
         probe_runs: if a.smoke { 2 } else { 5 },
         fault: a.inject_fault,
+        wall_clock: a.wall_clock,
     };
     let report = bk::run_kernels_bench(&opts, |line| eprintln!("{line}"))?;
     if let Some(path) = &a.plot {
