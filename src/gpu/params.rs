@@ -138,6 +138,11 @@ pub struct KvStoreParams {
     pub pos0: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
+    /// invocations of the first (src, cache) pair, then of the second (0: one pair)
+    pub units_k: u32,
+    pub units_v: u32,
+    pub pad0: u32,
+    pub pad1: u32,
 }
 
 /// Uniform parameters of `shaders/attention_{split,combine,prefill}.wgsl`
@@ -225,7 +230,7 @@ const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
-const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
+const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 32);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
 const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 48);

@@ -18,6 +18,10 @@ use crate::gpu::shaders::{
 /// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
 pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
 
+/// Weight rows each invocation of the row-layout `matvec_q8` computes (`ROWS` in
+/// matvec_q8_rows.wgsl): a decode token's activation chunk is loaded once for all of them.
+pub const MATVEC_Q8_ROWS_PER_INVOCATION: u32 = 4;
+
 /// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
 /// f32 matvec, as on the CPU.
 pub fn q8_supported(ty: WeightFormat) -> bool {
@@ -203,7 +207,7 @@ impl Kernels {
         // The weight rows read must fit in u32 too (w_row0 + row indexes the buffers).
         to_u32(w_row0.saturating_add(w.rows), "matvec_q8 weight rows")?;
         let per_group = if self.matvec_rows {
-            self.workgroup_size
+            self.workgroup_size * MATVEC_Q8_ROWS_PER_INVOCATION
         } else {
             MATVEC_ROWS_PER_WORKGROUP
         };

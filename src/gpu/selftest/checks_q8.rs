@@ -90,8 +90,11 @@ pub(super) fn matvec_q8(
 ) -> Result<Worst> {
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
-    let n = 3;
-    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (421, 64, true)] {
+    // 5 tokens: the row layout's 4-token tile and its one-at-a-time rest (decode's path).
+    let n = 5;
+    // 777 rows: a few workgroups of the row layout (4 rows per invocation, the last
+    // invocation's rows partly past the end) for the small-grid case.
+    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (777, 64, true)] {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
         let x = activations(n, cols);
         // [n, rows]
