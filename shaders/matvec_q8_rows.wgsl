@@ -2,11 +2,12 @@
 // barrier-free twin of matvec_q8.wgsl for CPU-like adapters (see matvec_rows.wgsl), with the
 // same integer chunk arithmetic and operation order as the CPU (src/cpu/scalar.rs `dot_q_row`).
 // Composed after quant/chunk.wgsl and a quant/*.wgsl fragment with an integer path.
-// group = wid.x + wid.y * groups_x; each invocation computes ROWS consecutive rows from
-// (group * WG + lid) * ROWS for every token (up to MAX_TOKENS): per row, tiles of 4 tokens
-// that share each decoded weight chunk; the remaining tokens (all of decode's single token)
-// one at a time, all ROWS rows together so that each activation chunk is loaded and unpacked
-// once for ROWS weight rows. Rows outside row_offset..row_offset + rows of y are untouched.
+// group = wid.x + wid.y * groups_x; each invocation computes P.rows_per_inv consecutive rows
+// from (group * WG + lid) * rows_per_inv for every token (up to MAX_TOKENS). Batches of 4 or
+// more tokens: one row, in tiles of 4 tokens that share each decoded weight chunk, then the
+// remaining tokens one at a time. Fewer tokens (decode): ROWS rows together, so that each
+// activation chunk is loaded and unpacked once for ROWS weight rows. Rows outside
+// row_offset..row_offset + rows of y are untouched.
 // Why ROWS: llvmpipe loads storage words lane by lane, and a chunk's activations (8 words of
 // qx, a vec4 of qd) cost more loads than its Q4 weights (4 + 1 words); sharing them over 4
 // rows cuts the loads per row by about half (PERFLOG 2026-12-01, gpudecode).
@@ -18,7 +19,8 @@
 override WG: u32 = 64u;
 // Tokens per launch (the host splits larger batches).
 const MAX_TOKENS: u32 = 64u;
-// Rows per invocation (MATVEC_Q8_ROWS_PER_INVOCATION in src/gpu/q8act.rs).
+// Rows per invocation for fewer than 4 tokens (MATVEC_Q8_ROWS_PER_INVOCATION in
+// src/gpu/q8act.rs); P.rows_per_inv is ROWS or 1.
 const ROWS: u32 = 4u;
 
 struct MatvecQ8Params {
@@ -41,7 +43,8 @@ struct MatvecQ8Params {
     // y1, the rest to y2 (global row = row_offset + row)
     split1: u32,
     split2: u32,
-    pad0: u32,
+    // rows per invocation: ROWS for fewer than 4 tokens, else 1 (see main)
+    rows_per_inv: u32,
 }
 
 // [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
@@ -104,20 +107,19 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let group = wid.x + wid.y * P.groups_x;
-    let row0 = (group * WG + lid) * ROWS;
+    let nr = P.rows_per_inv;
+    let row0 = (group * WG + lid) * nr;
     if (group >= P.row_groups || row0 >= P.rows) {
         return;
     }
     let bpr = P.blocks_per_row;
     let n = min(P.n_tokens, MAX_TOKENS);
-    let n_tiles = n / 4u;
-    for (var r = 0u; r < ROWS; r++) {
-        let row = row0 + r;
-        if (row >= P.rows || n_tiles == 0u) {
-            break;
-        }
-        let wrow = P.w_row0 + row;
-        for (var t0 = 0u; t0 < n_tiles * 4u; t0 += 4u) {
+    if (nr == 1u) {
+        // Batches (the host picks one row per invocation from 4 tokens on): 4-token tiles
+        // share each decoded weight chunk, then the rest one token at a time.
+        let wrow = P.w_row0 + row0;
+        var t0 = 0u;
+        for (; t0 + 4u <= n; t0 += 4u) {
             var a0 = 0.0;
             var a1 = 0.0;
             var a2 = 0.0;
@@ -129,20 +131,28 @@ fn main(
                 a2 += chunk_dot(ch, (t0 + 2u) * bpr + b);
                 a3 += chunk_dot(ch, (t0 + 3u) * bpr + b);
             }
-            store_y(t0, row, a0);
-            store_y(t0 + 1u, row, a1);
-            store_y(t0 + 2u, row, a2);
-            store_y(t0 + 3u, row, a3);
+            store_y(t0, row0, a0);
+            store_y(t0 + 1u, row0, a1);
+            store_y(t0 + 2u, row0, a2);
+            store_y(t0 + 3u, row0, a3);
         }
+        for (; t0 < n; t0++) {
+            var a = 0.0;
+            for (var b = 0u; b < bpr; b++) {
+                a += chunk_dot(dq_chunk(wrow, b, P.cols), t0 * bpr + b);
+            }
+            store_y(t0, row0, a);
+        }
+        return;
     }
-    // The remaining tokens: ROWS rows at once. A row past the matrix's end reads the last row
-    // (in bounds) and is not stored.
+    // Decode (fewer than 4 tokens): ROWS rows at once, each activation chunk loaded once. A
+    // row past the matrix's end reads the last row (in bounds) and is not stored.
     let last = P.rows - 1u;
     let w0 = P.w_row0 + row0;
     let w1 = P.w_row0 + min(row0 + 1u, last);
     let w2 = P.w_row0 + min(row0 + 2u, last);
     let w3 = P.w_row0 + min(row0 + 3u, last);
-    for (var t = n_tiles * 4u; t < n; t++) {
+    for (var t = 0u; t < n; t++) {
         var a0 = 0.0;
         var a1 = 0.0;
         var a2 = 0.0;

@@ -218,7 +218,9 @@ pub struct MatvecQ8Params {
     /// split outputs: global rows below split1 go to y, below split2 to y1, the rest to y2
     pub split1: u32,
     pub split2: u32,
-    pub pad0: u32,
+    /// rows per invocation of the row layout (matvec_q8_rows.wgsl; 1 or 4); unused by the
+    /// others
+    pub rows_per_inv: u32,
 }
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
