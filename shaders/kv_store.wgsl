@@ -5,6 +5,9 @@
 // Standalone module (no reduction); 2-D dispatch as in matvec.wgsl. One invocation per unit:
 // a word for f32 and f16 (one or two values), a pair of blocks for q8_0 and q4_0 (68 or 36
 // bytes: the first whole number of words), so no two invocations write the same word.
+// One launch stores both K and V when their caches have the same type (issue 6: one launch
+// fewer per layer): the first units_k invocations write (src, cache), the next units_v
+// (src_v, cache_v). Caches of different types take one launch each, units_v = 0.
 
 override WG: u32 = 64u;
 override TYPE: u32 = 0u;
@@ -17,6 +20,11 @@ struct KvStoreParams {
     pos0: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
+    // invocations (units as above) of the first pair and of the second
+    units_k: u32,
+    units_v: u32,
+    pad0: u32,
+    pad1: u32,
 }
 
 // [n_tokens, n_head_kv, head_dim] f32
@@ -24,6 +32,34 @@ struct KvStoreParams {
 // [n_ctx, n_head_kv, head_dim] in TYPE's layout, as u32 words
 @group(0) @binding(1) var<storage, read_write> cache: array<u32>;
 @group(0) @binding(2) var<uniform> P: KvStoreParams;
+// The second pair, as src and cache (V when one launch stores both).
+@group(0) @binding(3) var<storage, read> src_v: array<f32>;
+@group(0) @binding(4) var<storage, read_write> cache_v: array<u32>;
+
+// Whether this invocation writes the second pair (set once in main).
+var<private> second: bool;
+
+fn src_at(i: u32) -> f32 {
+    if (second) {
+        return src_v[i];
+    }
+    return src[i];
+}
+
+fn cache_get(i: u32) -> u32 {
+    if (second) {
+        return cache_v[i];
+    }
+    return cache[i];
+}
+
+fn cache_set(i: u32, w: u32) {
+    if (second) {
+        cache_v[i] = w;
+    } else {
+        cache[i] = w;
+    }
+}
 
 // The words of one q8_0 (17) or q4_0 (9) block pair being assembled.
 var<private> pw: array<u32, 17>;
@@ -83,7 +119,7 @@ fn quant_block(s: u32, off: u32) {
     if (TYPE == 2u) {
         var amax = 0.0;
         for (var k = 0u; k < 32u; k++) {
-            amax = max(amax, abs(src[s + k]));
+            amax = max(amax, abs(src_at(s + k)));
         }
         let d = amax / 127.0;
         let id = select(0.0, 1.0 / d, d != 0.0);
@@ -91,14 +127,14 @@ fn quant_block(s: u32, off: u32) {
         put_byte(off, h);
         put_byte(off + 1u, h >> 8u);
         for (var k = 0u; k < 32u; k++) {
-            put_byte(off + 2u + k, bitcast<u32>(i32(round_away(src[s + k] * id))));
+            put_byte(off + 2u + k, bitcast<u32>(i32(round_away(src_at(s + k) * id))));
         }
     } else {
         // The signed value of largest magnitude (the first on ties), as ggml's.
         var amax = 0.0;
         var mx = 0.0;
         for (var k = 0u; k < 32u; k++) {
-            let v = src[s + k];
+            let v = src_at(s + k);
             if (abs(v) > amax) {
                 amax = abs(v);
                 mx = v;
@@ -112,8 +148,8 @@ fn quant_block(s: u32, off: u32) {
         for (var k = 0u; k < 16u; k++) {
             // ggml rounds x * id + 8.5 once (a fused multiply-add), then truncates; clamp as
             // kernels-ref's saturating cast and min(15).
-            let lo = u32(clamp(trunc(fma(src[s + k], id, 8.5)), 0.0, 15.0));
-            let hi = u32(clamp(trunc(fma(src[s + k + 16u], id, 8.5)), 0.0, 15.0));
+            let lo = u32(clamp(trunc(fma(src_at(s + k), id, 8.5)), 0.0, 15.0));
+            let hi = u32(clamp(trunc(fma(src_at(s + k + 16u), id, 8.5)), 0.0, 15.0));
             put_byte(off + 2u + k, lo | (hi << 4u));
         }
     }
@@ -124,17 +160,24 @@ fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = (wid.x + wid.y * P.groups_x) * WG + lid;
+    var i = (wid.x + wid.y * P.groups_x) * WG + lid;
+    second = i >= P.units_k;
+    if (second) {
+        i -= P.units_k;
+        if (i >= P.units_v) {
+            return;
+        }
+    }
     let n = P.n_tokens * P.row_len;
     if (TYPE == 0u) {
         if (i < n) {
-            cache[P.pos0 * P.row_len + i] = bitcast<u32>(src[i]);
+            cache_set(P.pos0 * P.row_len + i, bitcast<u32>(src_at(i)));
         }
         return;
     }
     if (TYPE == 1u) {
         if (i < n / 2u) {
-            cache[P.pos0 * P.row_len / 2u + i] = f16_bits(src[2u * i]) | (f16_bits(src[2u * i + 1u]) << 16u);
+            cache_set(P.pos0 * P.row_len / 2u + i, f16_bits(src_at(2u * i)) | (f16_bits(src_at(2u * i + 1u)) << 16u));
         }
         return;
     }
@@ -151,7 +194,7 @@ fn main(
     // bytes (no other invocation touches this pair's words).
     let whole = 2u * p >= b0 && 2u * p + 1u < b1;
     for (var w = 0u; w < words; w++) {
-        pw[w] = select(cache[p * words + w], 0u, whole);
+        pw[w] = select(cache_get(p * words + w), 0u, whole);
     }
     for (var t = 0u; t < 2u; t++) {
         let b = 2u * p + t;
@@ -160,6 +203,6 @@ fn main(
         }
     }
     for (var w = 0u; w < words; w++) {
-        cache[p * words + w] = pw[w];
+        cache_set(p * words + w, pw[w]);
     }
 }

@@ -14,7 +14,7 @@ use memwall::gpu::attention::{
 };
 use memwall::gpu::kernels::{self, upload_f32, Dispatch, Kernels, Launch};
 use memwall::gpu::{GpuContext, KernelKey};
-use memwall::kv_type::KvTypes;
+use memwall::kv_type::{KvType, KvTypes};
 
 /// NaN guards appended to every output buffer.
 const GUARD: usize = 3;
@@ -436,8 +436,21 @@ fn oversize_and_malformed_requests_are_errors() {
             .map(|l| l.len())
     };
     let k8 = kv(8);
-    // One launch per cache (K and V may have different types).
-    assert_eq!(store(&k8, &k_cache, 8, 92).unwrap(), 2);
+    // K and V of one type: one launch; of different types: one per cache.
+    assert_eq!(store(&k8, &k_cache, 8, 92).unwrap(), 1);
+    let mixed = AttentionConfig {
+        kv: KvTypes {
+            k: KvType::F32,
+            v: KvType::F16,
+        },
+        ..cfg
+    };
+    assert_eq!(
+        ks.kv_store_launch(&k8, &k8, &k_cache, &k_cache, &mixed, 8, 92)
+            .unwrap()
+            .len(),
+        2
+    );
     assert_eq!(store(&k8, &k_cache, 0, 100).unwrap(), 0);
     err_has(store(&k8, &k_cache, 8, 93), "n_ctx");
     err_has(store(&k8, &k_cache, 9, 0), "kv_store k");

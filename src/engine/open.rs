@@ -109,6 +109,7 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,
             resident: Some(crate::gpu::startup::restrict(&resident, &capable)),
             unusable_kernels: health.unusable,
+            kv_types: Some(kv),
             ..opts.gpu.clone()
         };
         let mut g = GpuModel::load(ctx, gguf, cfg, &gopts)?;

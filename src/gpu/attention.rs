@@ -208,7 +208,8 @@ impl Kernels {
     /// Writes `k` and `v` (each `[n_tokens, n_head_kv, head_dim]` f32) into rows
     /// `pos0..pos0 + n_tokens` of `k_cache` and `v_cache` (each `[n_ctx, n_head_kv,
     /// head_dim]` in `cfg.kv`'s types, [`kv_cache_bytes`]), quantizing them; other rows are
-    /// untouched. One launch per cache; empty for `n_tokens == 0`.
+    /// untouched. One launch when both caches have the same type, else one per cache; empty
+    /// for `n_tokens == 0`.
     #[allow(clippy::too_many_arguments)]
     pub fn kv_store_launch<'a>(
         &self,
@@ -229,30 +230,48 @@ impl Kernels {
             return Ok(Vec::new());
         }
         let n = to_u32(n_tokens * row, "kv_store elements")?;
-        let mut launches = Vec::with_capacity(2);
-        for (ty, src, cache) in [(cfg.kv.k, k, k_cache), (cfg.kv.v, v, v_cache)] {
-            // Invocations (shaders/kv_store.wgsl): a word each for f32 and f16, a pair of
-            // blocks for the block types (one more pair when the range starts mid-pair).
-            let units = match ty {
-                KvType::F32 => n,
-                KvType::F16 => n / 2,
-                KvType::Q8_0 | KvType::Q4_0 => n / 64 + 1,
-            };
-            let groups = grid(units.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+        // Invocations (shaders/kv_store.wgsl): a word each for f32 and f16, a pair of blocks
+        // for the block types (one more pair when the range starts mid-pair).
+        let units = |ty: KvType| match ty {
+            KvType::F32 => n,
+            KvType::F16 => n / 2,
+            KvType::Q8_0 | KvType::Q4_0 => n / 64 + 1,
+        };
+        let launch = |ty: KvType,
+                      first: (&'a wgpu::Buffer, &'a wgpu::Buffer),
+                      second: (&'a wgpu::Buffer, &'a wgpu::Buffer),
+                      units_v: u32|
+         -> Result<Launch<'a>> {
+            let units_k = units(ty);
+            let total = units_k
+                .checked_add(units_v)
+                .ok_or_else(|| Error::Gpu("kv_store: too many invocations".into()))?;
+            let groups = grid(total.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
             let params = KvStoreParams {
                 n_tokens: to_u32(n_tokens, "n_tokens")?,
                 row_len: to_u32(row, "n_head_kv * head_dim")?,
                 pos0: to_u32(pos0, "pos0")?,
                 groups_x: groups.0,
+                units_k,
+                units_v,
+                pad0: 0,
+                pad1: 0,
             };
-            launches.push(Launch::new(
+            Ok(Launch::new(
                 KernelKey::KvStore { ty },
                 &params,
-                &[(0, src), (1, cache)],
+                &[(0, first.0), (1, first.1), (3, second.0), (4, second.1)],
                 2,
                 groups,
-            ));
+            ))
+        };
+        let (kp, vp) = ((k, k_cache), (v, v_cache));
+        if cfg.kv.k == cfg.kv.v {
+            // One launch: K's invocations, then V's.
+            return Ok(vec![launch(cfg.kv.k, kp, vp, units(cfg.kv.v))?]);
         }
+        // Different types: one launch each; the other pair is bound but not written.
+        let launches = vec![launch(cfg.kv.k, kp, vp, 0)?, launch(cfg.kv.v, vp, kp, 0)?];
         Ok(launches)
     }
 

@@ -5,6 +5,7 @@
 //! nothing is created in a token loop.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
 
@@ -82,6 +83,11 @@ pub struct Kernels {
     pub substitutions: Vec<(KernelKey, KernelKey)>,
     /// Keys these options choose that have no usable variant (not compiled).
     pub unavailable: Vec<KernelKey>,
+    /// Keys left out of the start-up compilation ([`Kernels::with_health_for`]): key -> the
+    /// variant to compile, chosen at start-up like the others, compiled on first use.
+    deferred: HashMap<KernelKey, KernelKey>,
+    /// The deferred keys compiled so far.
+    lazy: Mutex<HashMap<KernelKey, Pipeline>>,
 }
 
 /// One prepared kernel launch: encode it into any compute pass, as often as needed.
@@ -340,6 +346,19 @@ impl Kernels {
         opts: KernelOptions,
         unusable: &HashSet<KernelKey>,
     ) -> Result<Kernels> {
+        Kernels::with_health_for(ctx, opts, unusable, |_| true)
+    }
+
+    /// As [`Kernels::with_health`], compiling at once only the keys `eager` accepts (what the
+    /// model uses: its weight formats and KV cache types); the others are compiled on their
+    /// first launch. Why: lavapipe has no pipeline cache, and compiling every variant (every
+    /// KV type pair's attention, every weight format) was most of a warm start.
+    pub fn with_health_for(
+        ctx: &GpuContext,
+        opts: KernelOptions,
+        unusable: &HashSet<KernelKey>,
+        eager: impl Fn(&KernelKey) -> bool,
+    ) -> Result<Kernels> {
         let KernelOptions { subgroup, f16 } = opts;
         if subgroup && !ctx.has_subgroups() {
             return Err(Error::Gpu(format!(
@@ -365,6 +384,7 @@ impl Kernels {
         let mut compiled: HashMap<KernelKey, Pipeline> = HashMap::new();
         let mut substitutions = Vec::new();
         let mut unavailable = Vec::new();
+        let mut deferred = HashMap::new();
         let usable = |k: &KernelKey| {
             selftest::runnable(ctx, k)
                 && !unusable.contains(k)
@@ -380,6 +400,10 @@ impl Kernels {
             };
             if actual != key {
                 substitutions.push((key, actual));
+            }
+            if !eager(&key) {
+                deferred.insert(key, actual);
+                continue;
             }
             let pipeline = match compiled.get(&actual) {
                 Some(p) => p.clone(),
@@ -400,14 +424,35 @@ impl Kernels {
             matvec_rows: ctx.info.device_type == "Cpu",
             substitutions,
             unavailable,
+            deferred,
+            lazy: Mutex::new(HashMap::new()),
         })
     }
 
-    /// The compiled kernel for `key` (an error if this context did not compile it).
-    pub fn pipeline(&self, key: KernelKey) -> Result<&Pipeline> {
-        self.pipelines
-            .get(&key)
-            .ok_or_else(|| Error::Gpu(format!("kernel {} not compiled", key.label())))
+    /// The compiled kernel for `key`, compiling a deferred one now (an error if this context
+    /// has no usable variant of it).
+    pub fn pipeline(&self, ctx: &GpuContext, key: KernelKey) -> Result<Pipeline> {
+        if let Some(p) = self.pipelines.get(&key) {
+            return Ok(p.clone());
+        }
+        let Some(&actual) = self.deferred.get(&key) else {
+            return Err(Error::Gpu(format!("kernel {} not compiled", key.label())));
+        };
+        let mut lazy = self
+            .lazy
+            .lock()
+            .map_err(|_| Error::Gpu("kernel cache lock poisoned".into()))?;
+        if let Some(p) = lazy.get(&key) {
+            return Ok(p.clone());
+        }
+        let p = compile(ctx, actual, self.workgroup_size)?;
+        lazy.insert(key, p.clone());
+        Ok(p)
+    }
+
+    /// Keys compiled at start-up (the deferred ones are compiled on first use).
+    pub fn n_compiled_at_start(&self) -> usize {
+        self.pipelines.len()
     }
 
     /// Creates the bind group and params buffer of `launch` (test and one-off use; the
@@ -421,7 +466,7 @@ impl Kernels {
             groups,
         } = launch;
         let params = &params[..];
-        let Pipeline { pipeline, layout } = self.pipeline(key)?.clone();
+        let Pipeline { pipeline, layout } = self.pipeline(ctx, key)?;
         let label = key.label();
         ctx.scoped(&format!("prepare {label}"), || {
             let params_buf = ctx

@@ -138,6 +138,11 @@ pub struct KvStoreParams {
     pub pos0: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
+    /// invocations of the first (src, cache) pair, then of the second (0: one pair)
+    pub units_k: u32,
+    pub units_v: u32,
+    pub pad0: u32,
+    pub pad1: u32,
 }
 
 /// Uniform parameters of `shaders/attention_{split,combine,prefill}.wgsl`
@@ -213,7 +218,9 @@ pub struct MatvecQ8Params {
     /// split outputs: global rows below split1 go to y, below split2 to y1, the rest to y2
     pub split1: u32,
     pub split2: u32,
-    pub pad0: u32,
+    /// rows per invocation of the row layout (matvec_q8_rows.wgsl; 1 or 4); unused by the
+    /// others
+    pub rows_per_inv: u32,
 }
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
@@ -225,7 +232,7 @@ const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
-const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 16);
+const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 32);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
 const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 48);

@@ -110,7 +110,7 @@ impl Recorder {
         if self.params.len() >= RING_SLOTS * PARAMS_SLOT as usize {
             self.flush(ctx)?;
         }
-        let Pipeline { pipeline, layout } = kernels.pipeline(launch.key)?;
+        let Pipeline { pipeline, layout } = kernels.pipeline(ctx, launch.key)?;
         let key: BindKey = (
             launch.key,
             launch
@@ -142,7 +142,7 @@ impl Recorder {
                 let bg = ctx.scoped(&format!("bind group {label}"), || {
                     Ok(ctx.device.create_bind_group(&wgpu::BindGroupDescriptor {
                         label: Some(&label),
-                        layout,
+                        layout: &layout,
                         entries: &entries,
                     }))
                 })?;

@@ -116,6 +116,21 @@ pub fn restrict(p: &Placement, capable: &Placement) -> Placement {
     }
 }
 
+/// The kernels `gguf`'s model with caches of types `kv` uses on `ctx` (what
+/// [`Kernels::with_health_for`](crate::gpu::Kernels::with_health_for) compiles at start-up;
+/// the check below tests the same list).
+pub fn model_keys(
+    ctx: &GpuContext,
+    gguf: &Gguf,
+    cfg: &Config,
+    kv: KvTypes,
+) -> Result<HashSet<KernelKey>> {
+    let formats = StageFormats::of(gguf, cfg)?;
+    Ok(health::needed_keys(kernel_options(ctx), &formats.all(), kv)
+        .into_iter()
+        .collect())
+}
+
 /// Runs (or reads from the record) the health check of the variants `gguf`'s model needs on
 /// `ctx`; returns it with the stages able to run on the GPU. A note per stage group moved to
 /// the CPU is added to the report.

@@ -73,6 +73,10 @@ pub struct GpuLoadOptions {
     /// Kernel variants not to use on this adapter (failed their start-up selftest or known
     /// bad): their fallbacks are compiled in their place.
     pub unusable_kernels: std::collections::HashSet<crate::gpu::KernelKey>,
+    /// The KV cache types the model's sessions use: only their attention and store kernels
+    /// (and only the model's weight formats' kernels) are compiled at load, the others on
+    /// first use. `None` compiles every variant at load.
+    pub kv_types: Option<crate::kv_type::KvTypes>,
 }
 
 /// Whether weight `id` is needed on the GPU by the stages `p` puts there.
@@ -205,10 +209,15 @@ impl GpuModel {
         if let Some(f) = &opts.faults {
             ctx.set_faults(f.clone());
         }
-        let kernels = Kernels::with_health(
+        let eager = match opts.kv_types {
+            Some(kv) => Some(crate::gpu::startup::model_keys(&ctx, gguf, cfg, kv)?),
+            None => None,
+        };
+        let kernels = Kernels::with_health_for(
             &ctx,
             crate::gpu::startup::kernel_options(&ctx),
             &opts.unusable_kernels,
+            |k| eager.as_ref().is_none_or(|e| e.contains(k)),
         )?;
         let limit = opts
             .max_binding_bytes

@@ -90,8 +90,14 @@ pub(super) fn matvec_q8(
 ) -> Result<Worst> {
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
-    let n = 3;
-    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (421, 64, true)] {
+    // The row layout's paths: 5 tokens take one row per invocation (a 4-token tile, then one
+    // token alone), 1 token 4 rows per invocation (decode's path). 777 rows: a few workgroups
+    // of 4-row invocations (the last one's rows partly past the end) for the small-grid case.
+    for (rows, cols, small, n) in [
+        (37usize, 96usize, false, 5usize),
+        (3, 4128, false, 1),
+        (777, 64, true, 1),
+    ] {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
         let x = activations(n, cols);
         // [n, rows]
