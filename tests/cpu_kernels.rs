@@ -204,9 +204,9 @@ fn avx_vnni_equals_avx2() {
 
 /// The AVX-512 GEMM (prefill of Q4_0 / Q4_1 / Q8_0) against the f64 oracle on the shapes that
 /// reach its edges: rows that fill no, one or several 16-row panels with a partial last one,
-/// token counts below its threshold (the AVX-VNNI kernels), at it, not a multiple of its 8-token
-/// tile, and a full prefill; and its outputs equal the AVX-VNNI kernels' to the f32 part of the
-/// tolerance.
+/// one token (decode), token counts not a multiple of its 8-token tile, and a full prefill; its
+/// outputs equal the AVX-VNNI kernels' to the f32 part of the tolerance, and a token's outputs
+/// are bit-identical whether it is computed alone or in a batch.
 #[test]
 fn avx512_gemm_matches_oracle_and_vnni() {
     if !Isa::Avx512Vnni.available() {
@@ -235,6 +235,15 @@ fn avx512_gemm_matches_oracle_and_vnni() {
             let mut scratch = MatmulScratch::default();
             cpu::matmul_with(Isa::Avx512Vnni, &w, &x, n, &mut ya, &mut scratch).unwrap();
             cpu::matmul_with(Isa::AvxVnni, &w, &x, n, &mut yb, &mut scratch).unwrap();
+            let t = n - 1;
+            let mut y1 = vec![f32::NAN; rows];
+            let x1 = &x[t * cols..];
+            cpu::matmul_with(Isa::Avx512Vnni, &w, x1, 1, &mut y1, &mut scratch).unwrap();
+            assert_eq!(
+                y1,
+                ya[t * rows..],
+                "{ty} {rows}x{cols}: token {t} alone vs in a batch"
+            );
             let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
             for i in 0..n * rows {
                 let (t, r) = (i / rows, i % rows);

@@ -12,9 +12,12 @@
 //! The transpose is made per call, per panel, into a per-thread buffer (`Panel`, 40 bytes per
 //! 32 weights of 16 rows: under 40 KiB for a 1536-column panel) by masked gathers, and is then
 //! used by every token tile of the call: no copy of the weights is kept, the model's mmap is
-//! read as before. That costs about one extra pass over each weight per matmul call, which
-//! prefill amortizes over its `n_tokens / 8` tiles; decode (below `MIN_TOKENS`) keeps the
-//! `avx2` kernels.
+//! read as before (memory cost: one panel per thread). The gathers cost about one extra pass
+//! over each weight per call, which prefill amortizes over its `n_tokens / 8` tiles; decode
+//! runs this kernel too (measured no slower than the `avx2` one for one token, see PERFLOG),
+//! so that every output is summed in the same order whatever the batch: a token's logits do
+//! not depend on whether it came alone or in a prompt (8-bit activation rounding would turn
+//! summation-order ulps into visible differences through the layers).
 //!
 //! Integer offsets are exact: a Q4_0 chunk's dot is `Σ u q - 8 Σ q` and a Q8_0 chunk's is
 //! `Σ (w + 128) q - 128 Σ q` (unsigned bytes for `vpdpbusd`), both computed in i32 from the
@@ -34,8 +37,8 @@ pub(crate) const PR: usize = 16;
 /// Tokens per micro-kernel tile: 8 f32 accumulators + 8 weight registers + scales and the two
 /// i32 accumulators in flight fit the 32 zmm registers.
 const TT: usize = 8;
-/// Fewest tokens for which the per-call transpose pays off (it reads each weight once more).
-pub(crate) const MIN_TOKENS: usize = 4;
+/// Fewest tokens that run this GEMM: all (see the module comment).
+pub(crate) const MIN_TOKENS: usize = 1;
 
 /// Formats this GEMM handles.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
