@@ -17,6 +17,7 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_float;
 mod formats;
+mod gemm;
 #[cfg(target_arch = "x86_64")]
 mod gemm512;
 mod ops;
@@ -26,6 +27,7 @@ use rayon::prelude::*;
 
 use crate::{Error, GgmlType, Result};
 use act::QAct;
+use gemm::{gemm_fmt, run_gemm, use_gemm};
 
 pub use attention::{attention, attention_kv, KvView};
 pub use ops::{add, embedding, rms_norm, rope, rope_shift, rope_tokens, silu, softmax, swiglu};
@@ -464,55 +466,6 @@ pub fn matmul_with(
         });
     }
     Ok(())
-}
-
-/// Whether `isa` runs the AVX-512 GEMM for this call (it also needs `gemm_fmt` weights).
-fn use_gemm(isa: Isa, ws: &[WeightView], n_tokens: usize) -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        isa == Isa::Avx512Vnni
-            && n_tokens >= gemm512::MIN_TOKENS
-            && ws.iter().any(|w| gemm_fmt(w).is_some())
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        let _ = (isa, ws, n_tokens);
-        false
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-fn gemm_fmt(w: &WeightView) -> Option<gemm512::Fmt> {
-    gemm512::Fmt::of(w.ty).filter(|_| w.cols > 0)
-}
-#[cfg(not(target_arch = "x86_64"))]
-fn gemm_fmt(_: &WeightView) -> Option<()> {
-    None
-}
-
-/// The AVX-512 GEMM over `parts` (all `gemm_fmt`, same cols) with `scratch.act` quantized.
-fn run_gemm(parts: &[Part], n_tokens: usize, ys: &mut [&mut [f32]], scratch: &mut MatmulScratch) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        let gparts: Vec<gemm512::Part> = parts
-            .iter()
-            .filter_map(|&(w, rb)| {
-                Some(gemm512::Part {
-                    fmt: gemm_fmt(w)?,
-                    data: w.data,
-                    rows: w.rows,
-                    rb,
-                })
-            })
-            .collect();
-        let nch = parts.first().map_or(0, |(w, _)| w.cols / 32);
-        // SAFETY: use_gemm returned true only for Isa::Avx512Vnni, whose availability
-        // check_args verified; check_args also verified every part's byte size (rows x rb
-        // bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols.
-        unsafe { gemm512::run(&gparts, nch, &scratch.act, n_tokens, ys, &mut scratch.yt) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = (parts, n_tokens, ys, scratch);
 }
 
 #[inline]
