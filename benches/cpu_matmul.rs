@@ -240,8 +240,11 @@ fn main() {
         real_model();
     }
     synthetic(Isa::best());
-    // --avx2: the AVX2 kernels too when the best is AVX-VNNI, to compare the two.
-    if Isa::best() == Isa::AvxVnni && std::env::args().any(|a| a == "--avx2") {
+    // --avx2: the AVX2 (and AVX-VNNI) kernels too when the best is newer, to compare them.
+    if Isa::best() == Isa::Avx512Vnni && std::env::args().any(|a| a == "--vnni") {
+        synthetic(Isa::AvxVnni);
+    }
+    if Isa::best() != Isa::Avx2 && std::env::args().any(|a| a == "--avx2") {
         synthetic(Isa::Avx2);
     }
     if std::env::args().any(|a| a == "--scalar") {

@@ -26,7 +26,7 @@ const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16
 const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
 
 fn isas() -> Vec<Isa> {
-    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni]
+    [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
         .into_iter()
         .filter(|i| i.available())
         .collect()
@@ -198,6 +198,69 @@ fn avx_vnni_equals_avx2() {
             cpu::matmul_with(Isa::Avx2, &w, &x, n, &mut ya, &mut scratch).unwrap();
             cpu::matmul_with(Isa::AvxVnni, &w, &x, n, &mut yv, &mut scratch).unwrap();
             assert_eq!(ya, yv, "{ty} {rows}x{cols} n={n}");
+        }
+    }
+}
+
+/// The AVX-512 GEMM (prefill of Q4_0 / Q4_1 / Q8_0) against the f64 oracle on the shapes that
+/// reach its edges: rows that fill no, one or several 16-row panels with a partial last one,
+/// one token (decode), token counts not a multiple of its 8-token tile, and a full prefill; its
+/// outputs equal the AVX-VNNI kernels' to the f32 part of the tolerance, and a token's outputs
+/// are bit-identical whether it is computed alone or in a batch.
+#[test]
+fn avx512_gemm_matches_oracle_and_vnni() {
+    if !Isa::Avx512Vnni.available() {
+        eprintln!("no AVX-512 VNNI on this CPU: the other paths are checked above");
+        return;
+    }
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        for (rows, cols, n) in [
+            (1, 32, 4),
+            (15, 64, 5),
+            (16, 96, 8),
+            (17, 576, 9),
+            (33, 32 * 133, 4),
+            (37, 576, 1),
+            (37, 576, 3),
+            (40, 1536, 128),
+        ] {
+            let seed = (rows * 131 + cols + n) as u64;
+            check_case(Isa::Avx512Vnni, ty, rows, cols, n, seed);
+            let mut rng = Rng::new(seed);
+            let data = random_weights(&mut rng, ty, rows, cols);
+            let x = rng.activations(n * cols);
+            let w = WeightView::new(ty, &data, rows, cols).unwrap();
+            let mut ya = vec![f32::NAN; n * rows];
+            let mut yb = vec![f32::NAN; n * rows];
+            let mut scratch = MatmulScratch::default();
+            cpu::matmul_with(Isa::Avx512Vnni, &w, &x, n, &mut ya, &mut scratch).unwrap();
+            cpu::matmul_with(Isa::AvxVnni, &w, &x, n, &mut yb, &mut scratch).unwrap();
+            let t = n - 1;
+            let mut y1 = vec![f32::NAN; rows];
+            let x1 = &x[t * cols..];
+            cpu::matmul_with(Isa::Avx512Vnni, &w, x1, 1, &mut y1, &mut scratch).unwrap();
+            assert_eq!(
+                y1,
+                ya[t * rows..],
+                "{ty} {rows}x{cols}: token {t} alone vs in a batch"
+            );
+            let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
+            for i in 0..n * rows {
+                let (t, r) = (i / rows, i % rows);
+                let wr = &wf[r * cols..(r + 1) * cols];
+                let xt = &x[t * cols..(t + 1) * cols];
+                let eps = f32::EPSILON as f64;
+                let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
+                let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
+                let d = (ya[i] as f64 - yb[i] as f64).abs();
+                assert!(
+                    d <= tol,
+                    "{ty} {rows}x{cols} n={n} y[{t}][{r}]: avx512 {} vnni {} diff {d:e} > {tol:e}",
+                    ya[i],
+                    yb[i]
+                );
+            }
         }
     }
 }

@@ -16,6 +16,9 @@ pub(crate) struct QAct {
     pub xs: Vec<f32>,
     /// [n_tokens, cols / 32] d * (sum of the chunk's 32 q values).
     pub xs32: Vec<f32>,
+    /// [n_tokens, cols / 32] sum of the chunk's 32 q values (exact integer offsets in the
+    /// AVX-512 GEMM).
+    pub is32: Vec<i32>,
     pub cols: usize,
     pub n_tokens: usize,
 }
@@ -28,6 +31,7 @@ impl QAct {
         self.d.resize(n / 32, 0.0);
         self.xs.resize(n / 16, 0.0);
         self.xs32.resize(n / 32, 0.0);
+        self.is32.resize(n / 32, 0);
         self.cols = cols;
         self.n_tokens = n_tokens;
     }
@@ -50,6 +54,13 @@ impl QAct {
         &self.xs32[t * c..(t + 1) * c]
     }
 
+    /// Token `t`'s integer chunk sums [cols / 32].
+    #[inline]
+    pub fn is32(&self, t: usize) -> &[i32] {
+        let c = self.cols / 32;
+        &self.is32[t * c..(t + 1) * c]
+    }
+
     /// Quantizes `x` ([n_tokens, cols]) with the portable code.
     pub fn quantize_scalar(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
         self.reset(n_tokens, cols);
@@ -58,8 +69,9 @@ impl QAct {
             .zip(self.qs.chunks_exact_mut(32))
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
-            .zip(self.xs32.iter_mut());
-        for ((((xc, qc), d), xs), xs32) in chunks {
+            .zip(self.xs32.iter_mut())
+            .zip(self.is32.iter_mut());
+        for (((((xc, qc), d), xs), xs32), is32) in chunks {
             let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
@@ -74,6 +86,7 @@ impl QAct {
             xs[0] = dd * sums[0] as f32;
             xs[1] = dd * sums[1] as f32;
             *xs32 = dd * (sums[0] + sums[1]) as f32;
+            *is32 = sums[0] + sums[1];
         }
     }
 
@@ -86,18 +99,26 @@ impl QAct {
             .zip(self.qs.chunks_exact_mut(32))
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
-            .zip(self.xs32.iter_mut());
-        for ((((xc, qc), d), xs), xs32) in chunks {
+            .zip(self.xs32.iter_mut())
+            .zip(self.is32.iter_mut());
+        for (((((xc, qc), d), xs), xs32), is32) in chunks {
             // SAFETY: the caller selected this path after `is_x86_feature_detected!("avx2")`;
             // the slices are exactly 32 and 2 long, as quant_chunk_avx2 requires.
-            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32) };
+            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32, is32) };
         }
     }
 }
 
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,fma")]
-unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32], xs32: &mut f32) {
+unsafe fn quant_chunk_avx2(
+    xc: &[f32],
+    qc: &mut [i8],
+    d: &mut f32,
+    xs: &mut [f32],
+    xs32: &mut f32,
+    is32: &mut i32,
+) {
     use std::arch::x86_64::*;
     debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2);
     // SAFETY (loads/stores): xc has 32 f32 and qc 32 bytes, so every access below is in bounds.
@@ -141,6 +162,7 @@ unsafe fn quant_chunk_avx2(xc: &[f32], qc: &mut [i8], d: &mut f32, xs: &mut [f32
         xs[0] = dd * s0 as f32;
         xs[1] = dd * s1 as f32;
         *xs32 = dd * (s0 + s1) as f32;
+        *is32 = s0 + s1;
     }
 }
 
@@ -191,6 +213,7 @@ mod tests {
         assert_eq!(a.d, b.d);
         assert_eq!(a.xs, b.xs);
         assert_eq!(a.xs32, b.xs32);
+        assert_eq!(a.is32, b.is32);
         // Quantization error is at most d/2 per element.
         for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
             let d = a.d[i / 32];

@@ -17,6 +17,9 @@ mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_float;
 mod formats;
+mod gemm;
+#[cfg(target_arch = "x86_64")]
+mod gemm512;
 mod ops;
 mod scalar;
 
@@ -24,6 +27,7 @@ use rayon::prelude::*;
 
 use crate::{Error, GgmlType, Result};
 use act::QAct;
+use gemm::{gemm_fmt, run_gemm, use_gemm};
 
 pub use attention::{attention, attention_kv, KvView};
 pub use ops::{add, embedding, rms_norm, rope, rope_shift, rope_tokens, silu, softmax, swiglu};
@@ -105,12 +109,17 @@ pub enum Isa {
     /// `Avx2` plus AVX-VNNI: the integer dot products of formats without per-half multipliers
     /// (Q4_0, Q4_1, Q5_x, Q8_0, IQ4_NL, TQ2_0) in one `vpdpbusd` instead of two instructions.
     AvxVnni,
+    /// `AvxVnni` plus AVX-512 F/BW/VNNI: prefill (4+ tokens) of Q4_0, Q4_1 and Q8_0 runs a
+    /// 16-row x 8-token register-blocked GEMM (`gemm512`); everything else as `AvxVnni`.
+    Avx512Vnni,
 }
 
 impl Isa {
     /// The fastest implementation this CPU supports.
     pub fn best() -> Isa {
-        if Isa::AvxVnni.available() {
+        if Isa::Avx512Vnni.available() {
+            Isa::Avx512Vnni
+        } else if Isa::AvxVnni.available() {
             Isa::AvxVnni
         } else if Isa::Avx2.available() {
             Isa::Avx2
@@ -131,8 +140,15 @@ impl Isa {
             }
             #[cfg(target_arch = "x86_64")]
             Isa::AvxVnni => Isa::Avx2.available() && is_x86_feature_detected!("avxvnni"),
+            #[cfg(target_arch = "x86_64")]
+            Isa::Avx512Vnni => {
+                Isa::AvxVnni.available()
+                    && is_x86_feature_detected!("avx512f")
+                    && is_x86_feature_detected!("avx512bw")
+                    && is_x86_feature_detected!("avx512vnni")
+            }
             #[cfg(not(target_arch = "x86_64"))]
-            Isa::Avx2 | Isa::AvxVnni => false,
+            Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => false,
         }
     }
 }
@@ -204,7 +220,7 @@ fn quant_kernel(ty: GgmlType, isa: Isa) -> Option<QKernel> {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx2 => QKernel::Avx2(avx2::plain::dot_q::<$f>),
                 #[cfg(target_arch = "x86_64")]
-                Isa::AvxVnni => QKernel::Avx2(avx2::vnni::dot_q::<$f>),
+                Isa::AvxVnni | Isa::Avx512Vnni => QKernel::Avx2(avx2::vnni::dot_q::<$f>),
                 _ => QKernel::Scalar(scalar::dot_q::<$f>),
             }
         }};
@@ -274,7 +290,7 @@ fn check_args(isa: Isa, w: &WeightView, x: &[f32], n_tokens: usize, y: &[f32]) -
 fn quantize_act(isa: Isa, act: &mut QAct, x: &[f32], n_tokens: usize, cols: usize) {
     match isa {
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => act.quantize_avx2(x, n_tokens, cols),
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => act.quantize_avx2(x, n_tokens, cols),
         _ => act.quantize_scalar(x, n_tokens, cols),
     }
 }
@@ -329,6 +345,19 @@ pub fn matmul_many_with(
         return Ok(());
     }
     let cols = ws[0].cols;
+    if use_gemm(isa, ws, n_tokens) {
+        // Weights of mixed formats run one matmul each, so every weight's values do not
+        // depend on what it is fused with.
+        if !ws.iter().all(|w| gemm_fmt(w).is_some()) {
+            for (w, y) in ws.iter().zip(ys.iter_mut()) {
+                matmul_with(isa, w, x, n_tokens, y, scratch)?;
+            }
+            return Ok(());
+        }
+        quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
+        run_gemm(&parts, n_tokens, ys, scratch);
+        return Ok(());
+    }
     quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
     let act = &scratch.act;
     run_rows(
@@ -362,6 +391,11 @@ pub fn matmul_with(
     }
     let cols = w.cols;
     let parts = [(w, rb)];
+    if use_gemm(isa, std::slice::from_ref(w), n_tokens) && gemm_fmt(w).is_some() {
+        quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
+        run_gemm(&parts, n_tokens, &mut [y], scratch);
+        return Ok(());
+    }
     if let Some(k) = quant_kernel(w.ty, isa) {
         quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
         let act = &scratch.act;
@@ -452,7 +486,7 @@ fn float_dot(
         // SAFETY: matmul_with checked isa.available() (AvxVnni implies Avx2) before running
         // any kernel.
         #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 | Isa::AvxVnni => unsafe {
+        Isa::Avx2 | Isa::AvxVnni | Isa::Avx512Vnni => unsafe {
             avx2::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride)
         },
         _ => scalar::dot_f(ff, rows, rb, x, cols, t0, nt, out, stride),
