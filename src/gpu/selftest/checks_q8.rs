@@ -90,8 +90,15 @@ pub(super) fn matvec_q8(
 ) -> Result<Worst> {
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
-    let n = 3;
-    for (rows, cols, small) in [(37usize, 96usize, false), (3, 4128, false), (421, 64, true)] {
+    // The prefill matmul takes 8 tokens and more, in tiles of 8 (11: a full and a partial
+    // tile) and 4 rows per invocation (its small-grid case needs 3 workgroups of 4 * WG rows).
+    let prefill = matches!(key, KernelKey::MatmulQ8Rows { .. });
+    let (n, small_rows) = if prefill { (11, 1100) } else { (3, 421) };
+    for (rows, cols, small) in [
+        (37usize, 96usize, false),
+        (3, 4128, false),
+        (small_rows, 64, true),
+    ] {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
         let x = activations(n, cols);
         // [n, rows]
