@@ -166,6 +166,17 @@ fn all_lists_every_variant_once() {
                     want.insert(KernelKey::MatvecQ8RowsOut { ty, out });
                 }
             }
+            // The prefill twin of the row layout, in every output mode.
+            if !subgroup {
+                for out in [
+                    None,
+                    Some(MatvecOut::Add),
+                    Some(MatvecOut::Split2),
+                    Some(MatvecOut::Split3),
+                ] {
+                    want.insert(KernelKey::MatmulQ8Rows { ty, out });
+                }
+            }
         }
         want.insert(KernelKey::RmsNorm { subgroup });
         want.insert(KernelKey::RmsNormQuant { subgroup });
@@ -232,6 +243,7 @@ fn all_lists_every_variant_once() {
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8Out { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => {}

@@ -34,6 +34,12 @@ pub fn matvec_q8_rows_per_invocation(n_tokens: usize) -> u32 {
     }
 }
 
+/// Weight rows per invocation of `shaders/matmul_q8_rows.wgsl`.
+const MATMUL_Q8_ROWS_PER_INVOCATION: u32 = 4;
+/// Fewest tokens that take `shaders/matmul_q8_rows.wgsl` on CPU-like adapters: one tile of 8
+/// (fewer would compute the tile's surplus slots for nothing).
+pub const MATMUL_Q8_ROWS_MIN_TOKENS: usize = 8;
+
 /// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
 /// f32 matvec, as on the CPU.
 pub fn q8_supported(ty: WeightFormat) -> bool {
@@ -219,7 +225,15 @@ impl Kernels {
         // The weight rows read must fit in u32 too (w_row0 + row indexes the buffers).
         to_u32(w_row0.saturating_add(w.rows), "matvec_q8 weight rows")?;
         let rows_per_inv = matvec_q8_rows_per_invocation(n_tokens);
-        let per_group = if self.matvec_rows {
+        // Batches of several tile widths on CPU-like adapters take the prefill matmul (4 rows
+        // per invocation), unless it failed its selftest here.
+        let prefill_key = KernelKey::MatmulQ8Rows { ty: w.ty, out };
+        let prefill = self.matvec_rows
+            && n_tokens >= MATMUL_Q8_ROWS_MIN_TOKENS
+            && !self.unavailable.contains(&prefill_key);
+        let per_group = if prefill {
+            MATMUL_Q8_ROWS_PER_INVOCATION * self.workgroup_size
+        } else if self.matvec_rows {
             self.workgroup_size * rows_per_inv
         } else {
             MATVEC_ROWS_PER_WORKGROUP
@@ -255,6 +269,7 @@ impl Kernels {
             rows_per_inv,
         };
         let key = match (self.matvec_rows, out) {
+            _ if prefill => prefill_key,
             (true, None) => KernelKey::MatvecQ8Rows { ty: w.ty },
             (true, Some(out)) => KernelKey::MatvecQ8RowsOut { ty: w.ty, out },
             (false, None) => KernelKey::MatvecQ8 {

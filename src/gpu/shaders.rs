@@ -49,6 +49,7 @@ const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
+const MATMUL_Q8_ROWS: &str = include_str!("../../shaders/matmul_q8_rows.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
 const QUANTIZE_CHUNK: &str = include_str!("../../shaders/quantize_chunk.wgsl");
 const RMSNORM_QUANT: &str = include_str!("../../shaders/rmsnorm_quant.wgsl");
@@ -296,6 +297,12 @@ pub enum KernelKey {
     RmsNormQuant { subgroup: bool },
     /// `shaders/swiglu_quant.wgsl`: `Swiglu` that also quantizes its result (standalone).
     SwigluQuant,
+    /// `shaders/matmul_q8_rows.wgsl`: the prefill twin of `MatvecQ8Rows` (`out`: `None`
+    /// stores, else as `MatvecQ8RowsOut`), 4 rows x 8 tokens per invocation.
+    MatmulQ8Rows {
+        ty: WeightFormat,
+        out: Option<MatvecOut>,
+    },
 }
 
 impl KernelKey {
@@ -320,6 +327,12 @@ impl KernelKey {
                         keys.push(KernelKey::MatvecQ8Out { ty, subgroup, out });
                         if !subgroup {
                             keys.push(KernelKey::MatvecQ8RowsOut { ty, out });
+                        }
+                    }
+                    if !subgroup {
+                        keys.push(KernelKey::MatmulQ8Rows { ty, out: None });
+                        for out in MatvecOut::ALL {
+                            keys.push(KernelKey::MatmulQ8Rows { ty, out: Some(out) });
                         }
                     }
                 }
@@ -381,6 +394,7 @@ impl KernelKey {
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8Out { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => false,
@@ -413,6 +427,7 @@ impl KernelKey {
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8Out { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
             | KernelKey::BandwidthProbe => false,
@@ -458,6 +473,7 @@ impl KernelKey {
             | KernelKey::MatvecRows { .. }
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::SwigluQuant => false,
             KernelKey::QuantizeAct | KernelKey::BandwidthProbe => false,
         }
@@ -510,6 +526,11 @@ impl KernelKey {
                 out.name(),
                 ty.ggml().name().to_lowercase()
             ),
+            KernelKey::MatmulQ8Rows { ty, out } => format!(
+                "matmul_q8_rows_{}{}",
+                out.map_or(String::new(), |o| format!("{}_", o.name())),
+                ty.ggml().name().to_lowercase()
+            ),
             KernelKey::RmsNormQuant { .. } => format!("rmsnorm_quant{sg}"),
             KernelKey::SwigluQuant => "swiglu_quant".into(),
         }
@@ -557,6 +578,11 @@ impl KernelKey {
             KernelKey::MatvecQ8RowsOut { ty, out } => {
                 vec![ty.fragment(), MATVEC_Q8_ROWS, out.fragment()]
             }
+            KernelKey::MatmulQ8Rows { ty, out } => vec![
+                ty.fragment(),
+                MATMUL_Q8_ROWS,
+                out.map_or(Q8_OUT_STORE, MatvecOut::fragment),
+            ],
             KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],
             KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
         };

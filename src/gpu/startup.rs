@@ -87,8 +87,14 @@ fn stage_needs(key: &KernelKey, formats: &HashSet<WeightFormat>, embed: bool) ->
 /// The stages that cannot run on `ctx` because `unavailable` keys they need have no usable
 /// variant: `Device::Cpu` for those, `Device::Gpu` for the others.
 pub fn gpu_capable(formats: &StageFormats, unavailable: &[KernelKey]) -> Placement {
+    // A key whose launch fallback is available does not keep a stage off the GPU.
+    let missing =
+        |k: &KernelKey| variants::launch_fallback(*k).is_none_or(|f| unavailable.contains(&f));
     let ok = |set: &HashSet<WeightFormat>, embed: bool| {
-        if unavailable.iter().any(|k| stage_needs(k, set, embed)) {
+        if unavailable
+            .iter()
+            .any(|k| missing(k) && stage_needs(k, set, embed))
+        {
             Device::Cpu
         } else {
             Device::Gpu
@@ -173,6 +179,7 @@ pub fn check_model(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gpu::shaders::MatvecOut;
 
     #[test]
     fn an_unavailable_format_moves_only_its_stages() {
@@ -200,5 +207,32 @@ mod tests {
         assert_eq!((p.embed, p.head), (Device::Cpu, Device::Gpu));
         let moved = restrict(&Placement::all(Device::Gpu, 2), &p);
         assert_eq!(moved.embed, Device::Cpu);
+    }
+
+    #[test]
+    fn an_unavailable_prefill_matmul_falls_back_to_the_batched_matvec() {
+        let set = |v: &[WeightFormat]| v.iter().copied().collect::<HashSet<_>>();
+        let q41 = set(&[WeightFormat::Q4_1]);
+        let f = StageFormats {
+            embed: q41.clone(),
+            layers: vec![q41.clone()],
+            head: q41,
+        };
+        let ty = WeightFormat::Q4_1;
+        let prefill = KernelKey::MatmulQ8Rows {
+            ty,
+            out: Some(MatvecOut::Add),
+        };
+        // The batched matvec still works: the stages stay on the GPU.
+        assert_eq!(gpu_capable(&f, &[prefill]).layers, vec![Device::Gpu]);
+        // Both broken: nothing on the GPU can run the matrix.
+        let matvec = KernelKey::MatvecQ8RowsOut {
+            ty,
+            out: MatvecOut::Add,
+        };
+        assert_eq!(
+            gpu_capable(&f, &[prefill, matvec]).layers,
+            vec![Device::Cpu]
+        );
     }
 }

@@ -81,6 +81,19 @@ pub fn partner(key: KernelKey) -> Option<KernelKey> {
     }
 }
 
+/// The key the launch planner takes instead of `key` when `key` has no usable variant: a
+/// kernel of the same result but another grid (so not in `key`'s [`fallbacks`] chain, whose
+/// members are compiled under `key`). The prefill matmul falls back to the batched matvec.
+pub fn launch_fallback(key: KernelKey) -> Option<KernelKey> {
+    match key {
+        KernelKey::MatmulQ8Rows { ty, out: None } => Some(KernelKey::MatvecQ8Rows { ty }),
+        KernelKey::MatmulQ8Rows { ty, out: Some(out) } => {
+            Some(KernelKey::MatvecQ8RowsOut { ty, out })
+        }
+        _ => None,
+    }
+}
+
 /// The weight format a key decodes, for the keys specific to one.
 pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
     match *key {
@@ -91,7 +104,8 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecQ8 { ty, .. }
         | KernelKey::MatvecQ8Rows { ty }
         | KernelKey::MatvecQ8Out { ty, .. }
-        | KernelKey::MatvecQ8RowsOut { ty, .. } => Some(ty),
+        | KernelKey::MatvecQ8RowsOut { ty, .. }
+        | KernelKey::MatmulQ8Rows { ty, .. } => Some(ty),
         KernelKey::RmsNorm { .. }
         | KernelKey::Rope
         | KernelKey::Swiglu

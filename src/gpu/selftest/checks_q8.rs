@@ -91,13 +91,21 @@ pub(super) fn matvec_q8(
     ks.matvec_rows = rows_layout;
     let mut worst = Worst::new();
     // The row layout's paths: 5 tokens take one row per invocation (a 4-token tile, then one
-    // token alone), 1 token 4 rows per invocation (decode's path). 777 rows: a few workgroups
+    // token alone), 1 token 4 rows per invocation (decode's path); 777 rows: a few workgroups
     // of 4-row invocations (the last one's rows partly past the end) for the small-grid case.
-    for (rows, cols, small, n) in [
-        (37usize, 96usize, false, 5usize),
-        (3, 4128, false, 1),
-        (777, 64, true, 1),
-    ] {
+    // The prefill matmul takes 8 tokens and more, in tiles of 8 (11: a full and a partial
+    // tile) and 4 rows per invocation (its small-grid case needs 3 workgroups of 4 * WG rows).
+    let prefill = matches!(key, KernelKey::MatmulQ8Rows { .. });
+    let cases: [(usize, usize, bool, usize); 3] = if prefill {
+        [
+            (37, 96, false, 11),
+            (3, 4128, false, 11),
+            (1100, 64, true, 11),
+        ]
+    } else {
+        [(37, 96, false, 5), (3, 4128, false, 1), (777, 64, true, 1)]
+    };
+    for (rows, cols, small, n) in cases {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
         let x = activations(n, cols);
         // [n, rows]

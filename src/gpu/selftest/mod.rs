@@ -90,6 +90,13 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::MatvecQ8RowsOut { ty, out } => {
             ("matvec_q8_rows_out", format!("{} {}", out.name(), fmt(ty)))
         }
+        KernelKey::MatmulQ8Rows { ty, out } => (
+            "matmul_q8_rows",
+            match out {
+                Some(o) => format!("{} {}", o.name(), fmt(ty)),
+                None => fmt(ty),
+            },
+        ),
         KernelKey::RmsNormQuant { .. } => ("rmsnorm_quant", reduction.to_string()),
         KernelKey::SwigluQuant => ("swiglu_quant", "-".into()),
         KernelKey::AddBias => ("add_bias", "-".into()),
@@ -332,6 +339,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::MatvecQ8RowsOut { ty, out } => {
             checks_q8::matvec_q8(ctx, ks, key, ty, true, Some(out))
         }
+        KernelKey::MatmulQ8Rows { ty, out } => checks_q8::matvec_q8(ctx, ks, key, ty, true, out),
         KernelKey::RmsNormQuant { .. } => checks_fused::rms_norm_quant(ctx, ks, key),
         KernelKey::SwigluQuant => checks_fused::swiglu_quant(ctx, ks, key),
         KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
