@@ -12,7 +12,12 @@ use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
+
+mod f32act;
+mod kv;
+use f32act::matmul_f32_act;
 use kernels_ref::GgmlType;
+use kv::LayerKv;
 
 /// Where a matrix lives in the file and how it is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -24,14 +29,6 @@ struct MatRef {
     rows: usize,
     /// ne0: input features.
     cols: usize,
-}
-
-/// Layer `l`'s KV cache: K and V each [n_ctx, n_head_kv, head_dim] (position-major) in the
-/// bytes of their `KvType` (rows of `kv_types.k.bytes(kv_dim)` and `kv_types.v.bytes(kv_dim)`
-/// bytes), so appending a token writes one contiguous run.
-struct LayerKv {
-    k: Vec<u8>,
-    v: Vec<u8>,
 }
 
 pub struct CpuBackend {
@@ -52,45 +49,8 @@ pub struct CpuBackend {
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
     /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
     f32_activations: bool,
-}
-
-/// out: [n, rows] = x: [n, cols] · Wᵀ with f32 activations: each weight row is dequantized
-/// once (kernels-ref, exact) and dotted with every token in f32. Slower than the integer
-/// kernels; used for validation (`f32_activations`).
-fn matmul_f32_act(
-    ty: kernels_ref::GgmlType,
-    data: &[u8],
-    rows: usize,
-    cols: usize,
-    x: &[f32],
-    n: usize,
-    out: &mut [f32],
-) -> Result<()> {
-    use rayon::prelude::*;
-    let rb = ty
-        .row_bytes(cols as u64)
-        .and_then(|b| usize::try_from(b).ok())
-        .filter(|&b| b * rows == data.len())
-        .ok_or_else(|| Error::InvalidArgument(format!("[{rows}, {cols}] {}", ty.name())))?;
-    // [rows, n], transposed into out below.
-    let per_row: Vec<Result<Vec<f32>>> = data
-        .par_chunks(rb)
-        .map(|row| {
-            let mut w = vec![0f32; cols];
-            kernels_ref::dequantize(ty, row, &mut w)
-                .map_err(|e| Error::InvalidArgument(e.to_string()))?;
-            Ok(x.chunks(cols)
-                .take(n)
-                .map(|xt| w.iter().zip(xt).map(|(a, b)| a * b).sum())
-                .collect())
-        })
-        .collect();
-    for (r, v) in per_row.into_iter().enumerate() {
-        for (t, y) in v?.into_iter().enumerate() {
-            out[t * rows + r] = y;
-        }
-    }
-    Ok(())
+    /// RoPE angles of the last position rotated (shared by Q and K of every layer).
+    rope_cache: crate::cpu::RopeCache,
 }
 
 fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
@@ -227,6 +187,7 @@ impl CpuBackend {
             kv_types,
             mm: MatmulScratch::default(),
             f32_activations: false,
+            rope_cache: Default::default(),
         };
         b.kv = (0..b.cfg.n_layer).map(|_| None).collect();
         for (l, &on) in kv_layers.iter().enumerate().take(b.cfg.n_layer) {
@@ -237,39 +198,6 @@ impl CpuBackend {
         Ok(b)
     }
 
-    /// Allocates layer `l`'s cache if it has none (zeroed: positions past the tokens written
-    /// are never read).
-    fn alloc_kv(&mut self, l: usize) -> Result<&mut LayerKv> {
-        let n_layer = self.cfg.n_layer;
-        let n_ctx = self.n_ctx;
-        let (k_bytes, v_bytes) = (
-            self.kv_types.k.bytes(self.kv_len),
-            self.kv_types.v.bytes(self.kv_len),
-        );
-        let slot = self
-            .kv
-            .get_mut(l)
-            .ok_or_else(|| Error::InvalidArgument(format!("layer {l} of {n_layer}")))?;
-        if slot.is_none() {
-            let alloc = |bytes: usize| -> Result<Vec<u8>> {
-                let mut v = Vec::new();
-                v.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
-                    what: format!(
-                        "KV cache of layer {l} for a context of {n_ctx} tokens ({} MiB)",
-                        (k_bytes + v_bytes) >> 20
-                    ),
-                })?;
-                v.resize(bytes, 0);
-                Ok(v)
-            };
-            *slot = Some(LayerKv {
-                k: alloc(k_bytes)?,
-                v: alloc(v_bytes)?,
-            });
-        }
-        slot.as_mut()
-            .ok_or_else(|| Error::InvalidArgument(format!("no KV cache for layer {l}")))
-    }
     /// Switches matmuls to f32 activations (see the field's comment).
     pub fn set_f32_activations(&mut self, on: bool) {
         self.f32_activations = on;
@@ -284,14 +212,20 @@ impl CpuBackend {
 
     /// outs[i]: [n, rows_i] = x: [n, cols] · ws[i]ᵀ for weights sharing the input (Q/K/V,
     /// gate/up), as one `cpu::matmul_many` call: one activation quantization and one parallel
-    /// region for all of them. (Not for `f32_activations`, which keeps one matmul each.)
+    /// region for all of them. With `f32_activations`, one `matmul` each.
     fn matmul_many(
         &mut self,
         ws: &[WeightId],
-        x: &[f32],
+        x: &Vec<f32>,
         n: usize,
         outs: &mut [&mut Vec<f32>],
     ) -> Result<()> {
+        if self.f32_activations {
+            for (&w, out) in ws.iter().zip(outs.iter_mut()) {
+                self.matmul(w, x, n, out)?;
+            }
+            return Ok(());
+        }
         let bytes = self.gguf.bytes();
         let mut views = Vec::with_capacity(ws.len());
         let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
@@ -413,11 +347,6 @@ impl Backend for CpuBackend {
         v: &mut Vec<f32>,
     ) -> Result<()> {
         use WeightId::{Wk, Wq, Wv};
-        if self.f32_activations {
-            self.matmul(Wq(l), x, n, q)?;
-            self.matmul(Wk(l), x, n, k)?;
-            return self.matmul(Wv(l), x, n, v);
-        }
         self.matmul_many(&[Wq(l), Wk(l), Wv(l)], x, n, &mut [q, k, v])
     }
 
@@ -430,10 +359,6 @@ impl Backend for CpuBackend {
         u: &mut Vec<f32>,
     ) -> Result<()> {
         use WeightId::{Gate, Up};
-        if self.f32_activations {
-            self.matmul(Gate(l), x, n, g)?;
-            return self.matmul(Up(l), x, n, u);
-        }
         self.matmul_many(&[Gate(l), Up(l)], x, n, &mut [g, u])
     }
 
@@ -447,7 +372,8 @@ impl Backend for CpuBackend {
 
     fn rope(&mut self, x: &mut Vec<f32>, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
         let c = &self.cfg;
-        crate::cpu::rope_tokens(
+        crate::cpu::rope_tokens_cached(
+            &mut self.rope_cache,
             &mut x[..n * n_heads * c.head_dim],
             n,
             n_heads,
@@ -513,19 +439,16 @@ impl Backend for CpuBackend {
     }
 
     fn swiglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) -> Result<()> {
-        let f = |(g, u): (&mut [f32], &[f32])| {
-            for (gv, &uv) in g.iter_mut().zip(u) {
-                *gv = *gv / (1.0 + (-*gv).exp()) * uv;
-            }
-        };
+        // Chunks of whole vectors, so an element's arithmetic never depends on the split.
         const CHUNK: usize = 4096;
         let (g, u) = (&mut gate[..len], &up[..len]);
         if len >= 4 * CHUNK {
-            g.par_chunks_mut(CHUNK).zip(u.par_chunks(CHUNK)).for_each(f);
+            g.par_chunks_mut(CHUNK)
+                .zip(u.par_chunks(CHUNK))
+                .try_for_each(|(g, u)| crate::cpu::swiglu_in_place(g, u))
         } else {
-            f((g, u));
+            crate::cpu::swiglu_in_place(g, u)
         }
-        Ok(())
     }
 
     fn read_kv(&mut self, layer: usize, n_pos: usize, k: &mut [f32], v: &mut [f32]) -> Result<()> {

@@ -123,30 +123,30 @@ pub fn attention_kv(
         let n = q_pos0 + i + 1;
         buf.resize(hd, 0.0);
         scores.clear();
-        for j in 0..n {
-            let kb = &k.data[j * k_row + g * k_head..][..k_head];
-            let s = match kf {
-                // SAFETY: simd_format returned Some only after checking AVX2/FMA/F16C; kb
-                // holds hd values of the cache type.
-                #[cfg(target_arch = "x86_64")]
-                Some(ff) => unsafe { super::avx2_float::kv_dot(ff, qh, kb) },
-                _ => {
-                    k.ty.dequantize_into(kb, buf);
-                    dot(qh, buf)
+        scores.resize(n, 0.0);
+        // This head's slices of the rows: key j at k_g[j * k_row..], value j at v_g[j * v_row..].
+        let (k_g, v_g) = (&k.data[g * k_head..], &v.data[g * v_head..]);
+        match kf {
+            // SAFETY: simd_format returned Some only after checking AVX2/FMA/F16C; the cache
+            // holds n rows (checked above: n <= n_kv), so k_g holds (n - 1) rows plus a slice.
+            #[cfg(target_arch = "x86_64")]
+            Some(ff) => unsafe { super::avx2_float::kv_scores(ff, qh, k_g, k_row, scale, scores) },
+            _ => {
+                for (j, s) in scores.iter_mut().enumerate() {
+                    k.ty.dequantize_into(&k_g[j * k_row..][..k_head], buf);
+                    *s = scale * dot(qh, buf);
                 }
-            };
-            scores.push(scale * s);
+            }
         }
         super::ops::softmax(scores);
-        o.fill(0.0);
-        for (j, &pj) in scores.iter().enumerate() {
-            let vb = &v.data[j * v_row + g * v_head..][..v_head];
-            match vf {
-                // SAFETY: as for the keys.
-                #[cfg(target_arch = "x86_64")]
-                Some(ff) => unsafe { super::avx2_float::kv_axpy(ff, pj, vb, o) },
-                _ => {
-                    v.ty.dequantize_into(vb, buf);
+        match vf {
+            // SAFETY: as for the keys.
+            #[cfg(target_arch = "x86_64")]
+            Some(ff) => unsafe { super::avx2_float::kv_weighted_sum(ff, scores, v_g, v_row, o) },
+            _ => {
+                o.fill(0.0);
+                for (j, &pj) in scores.iter().enumerate() {
+                    v.ty.dequantize_into(&v_g[j * v_row..][..v_head], buf);
                     for (ov, &x) in o.iter_mut().zip(buf.iter()) {
                         *ov += pj * x;
                     }

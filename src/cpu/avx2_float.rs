@@ -129,36 +129,192 @@ pub(crate) unsafe fn kv_dot(fmt: FloatFormat, q: &[f32], kb: &[u8]) -> f32 {
         acc = _mm256_add_ps(acc, _mm256_mul_ps(qv, load_w8(fmt, kb, i)));
         i += 8;
     }
-    let mut lanes = [0f32; 8];
-    // SAFETY: `lanes` holds 8 f32.
-    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
     let tail: f32 = (i..n)
         .map(|k| q[k] * super::scalar::float_at(fmt, kb, k))
         .sum();
+    finish_dot(acc, tail)
+}
+
+/// The lane sum and tail of `kv_dot` (lanes added in order, then the tail), shared so the
+/// batched scan below rounds exactly as `kv_dot` does.
+#[inline]
+fn finish_dot(acc: __m256, tail: f32) -> f32 {
+    let mut lanes = [0f32; 8];
+    // SAFETY: `lanes` holds 8 f32; storeu needs only AVX, which every caller has enabled.
+    unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
     lanes.iter().sum::<f32>() + tail
 }
 
-/// o += p · (one head slice of an F32 or F16 KV cache row, `o.len()` values): the attention's
-/// value accumulation, multiply then add as the table path does (bit-identical results).
+/// scores[j] = scale · (q · key j) for j < scores.len(), key j being the `q.len()` values of
+/// `fmt` at byte offset j · row of `k`: the attention's key scan for one head. Four positions run
+/// side by side (four independent add chains instead of one latency-bound chain per position),
+/// each with `kv_dot`'s operations in `kv_dot`'s order, so every score is bit-identical to
+/// `scale * kv_dot(..)`.
 ///
 /// # Safety
-/// AVX2/FMA/F16C must be available; `vb` holds `o.len()` values of `fmt`.
+/// AVX2/FMA/F16C must be available; `k` holds at least (scores.len() - 1) · row bytes plus one
+/// head slice.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn kv_axpy(fmt: FloatFormat, p: f32, vb: &[u8], o: &mut [f32]) {
-    let n = o.len();
-    let pv = _mm256_set1_ps(p);
-    let mut i = 0;
-    while i + 8 <= n {
-        let s = &mut o[i..i + 8];
-        // SAFETY: `s` holds 8 f32.
-        unsafe {
-            let ov = _mm256_loadu_ps(s.as_ptr());
-            let prod = _mm256_mul_ps(pv, load_w8(fmt, vb, i));
-            _mm256_storeu_ps(s.as_mut_ptr(), _mm256_add_ps(ov, prod));
+pub(crate) unsafe fn kv_scores(
+    fmt: FloatFormat,
+    q: &[f32],
+    k: &[u8],
+    row: usize,
+    scale: f32,
+    scores: &mut [f32],
+) {
+    let hd = q.len();
+    let head = match fmt {
+        FloatFormat::F32 => 4 * hd,
+        FloatFormat::F16 | FloatFormat::Bf16 => 2 * hd,
+    };
+    let n = scores.len();
+    let mut j = 0;
+    if hd.is_multiple_of(8) {
+        // The empty tail sum of kv_dot when hd is whole vectors.
+        let tail: f32 = std::iter::empty::<f32>().sum();
+        while j + 4 <= n {
+            let kb: [&[u8]; 4] = std::array::from_fn(|t| &k[(j + t) * row..][..head]);
+            let mut acc = [_mm256_setzero_ps(); 4];
+            let mut i = 0;
+            while i < hd {
+                // SAFETY: i + 8 <= hd = q.len().
+                let qv = unsafe { _mm256_loadu_ps(q[i..].as_ptr()) };
+                for t in 0..4 {
+                    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(qv, load_w8(fmt, kb[t], i)));
+                }
+                i += 8;
+            }
+            for t in 0..4 {
+                scores[j + t] = scale * finish_dot(acc[t], tail);
+            }
+            j += 4;
         }
-        i += 8;
     }
-    for (k, ov) in o.iter_mut().enumerate().skip(i) {
-        *ov += p * super::scalar::float_at(fmt, vb, k);
+    for (jj, s) in scores.iter_mut().enumerate().skip(j) {
+        // SAFETY: forwarded from the caller.
+        *s = scale * unsafe { kv_dot(fmt, q, &k[jj * row..][..head]) };
+    }
+}
+
+/// o = Σ_j p[j] · (value j), value j being the `o.len()` values of `fmt` at byte offset j · row
+/// of `v`: the attention's value accumulation for one head. Each element takes the same adds
+/// in the same order (j ascending, multiply then add, from 0) as the table path's
+/// `o.fill(0)` and `o += p[j] · value j` per position, so the output is bit-identical; 64 outputs stay in registers
+/// across all positions instead of being loaded and stored once per position.
+///
+/// # Safety
+/// AVX2/FMA/F16C must be available; `v` holds at least (p.len() - 1) · row bytes plus one head
+/// slice.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn kv_weighted_sum(
+    fmt: FloatFormat,
+    p: &[f32],
+    v: &[u8],
+    row: usize,
+    o: &mut [f32],
+) {
+    const B: usize = 8;
+    let hd = o.len();
+    let mut c = 0;
+    while c + 8 * B <= hd {
+        let mut acc = [_mm256_setzero_ps(); B];
+        for (j, &pj) in p.iter().enumerate() {
+            let pv = _mm256_set1_ps(pj);
+            let vb = &v[j * row..];
+            for (b, a) in acc.iter_mut().enumerate() {
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, load_w8(fmt, vb, c + 8 * b)));
+            }
+        }
+        for (b, a) in acc.iter().enumerate() {
+            // SAFETY: c + 8 * B <= hd = o.len().
+            unsafe { _mm256_storeu_ps(o[c + 8 * b..].as_mut_ptr(), *a) };
+        }
+        c += 8 * B;
+    }
+    // Whole vectors left (hd not a multiple of 64), then single values.
+    while c + 8 <= hd {
+        let mut a = _mm256_setzero_ps();
+        for (j, &pj) in p.iter().enumerate() {
+            let prod = _mm256_mul_ps(_mm256_set1_ps(pj), load_w8(fmt, &v[j * row..], c));
+            a = _mm256_add_ps(a, prod);
+        }
+        // SAFETY: c + 8 <= hd = o.len().
+        unsafe { _mm256_storeu_ps(o[c..].as_mut_ptr(), a) };
+        c += 8;
+    }
+    for (i, ov) in o.iter_mut().enumerate().skip(c) {
+        *ov = 0.0;
+        for (j, &pj) in p.iter().enumerate() {
+            *ov += pj * super::scalar::float_at(fmt, &v[j * row..], i);
+        }
+    }
+}
+
+/// e^x for 8 lanes, x clamped to [-87, 88] (the normal range of the result): Cephes' expf
+/// (2^n by exponent bits times a degree-6 polynomial on |r| ≤ ln 2 / 2), within 2 ulp of
+/// libm's.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn exp8(x: __m256) -> __m256 {
+    let x = _mm256_min_ps(
+        _mm256_max_ps(x, _mm256_set1_ps(-87.0)),
+        _mm256_set1_ps(88.0),
+    );
+    let n = _mm256_round_ps(
+        _mm256_mul_ps(x, _mm256_set1_ps(std::f32::consts::LOG2_E)),
+        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC,
+    );
+    // r = x - n ln 2 in two steps (ln 2 = 0.693359375 - 2.12194440e-4, the first exact).
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693_359_4), x);
+    let r = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.121_944_4e-4), r);
+    let mut p = _mm256_set1_ps(1.987_569_1e-4);
+    for c in [1.398_2e-3, 8.333_452e-3, 4.166_579_6e-2, 0.166_666_65, 0.5] {
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(c));
+    }
+    let y = _mm256_fmadd_ps(
+        _mm256_mul_ps(p, r),
+        r,
+        _mm256_add_ps(r, _mm256_set1_ps(1.0)),
+    );
+    let bits = _mm256_slli_epi32(
+        _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)),
+        23,
+    );
+    _mm256_mul_ps(y, _mm256_castsi256_ps(bits))
+}
+
+/// gate[i] = silu(gate[i]) · up[i] = gate / (1 + e^-gate) · up, 8 lanes at a time (the
+/// exponential by `exp8` instead of one libm call per value). A partial last vector goes
+/// through a padded copy, so every element gets the same arithmetic wherever it sits.
+///
+/// # Safety
+/// AVX2/FMA must be available; gate.len() == up.len().
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
+    let one = _mm256_set1_ps(1.0);
+    let f = |g: &mut [f32], u: &[f32]| {
+        // SAFETY: g and u hold 8 f32 each (chunks_exact / the padded copies below).
+        unsafe {
+            let gv = _mm256_loadu_ps(g.as_ptr());
+            let uv = _mm256_loadu_ps(u.as_ptr());
+            let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
+            _mm256_storeu_ps(g.as_mut_ptr(), _mm256_mul_ps(s, uv));
+        }
+    };
+    let mut gc = gate.chunks_exact_mut(8);
+    let mut uc = up.chunks_exact(8);
+    for (g, u) in (&mut gc).zip(&mut uc) {
+        f(g, u);
+    }
+    let (gt, ut) = (gc.into_remainder(), uc.remainder());
+    if !gt.is_empty() {
+        let (mut g8, mut u8) = ([0f32; 8], [0f32; 8]);
+        g8[..gt.len()].copy_from_slice(gt);
+        u8[..ut.len()].copy_from_slice(ut);
+        f(&mut g8, &u8);
+        let n = gt.len();
+        gt.copy_from_slice(&g8[..n]);
     }
 }

@@ -30,7 +30,10 @@ use act::QAct;
 use gemm::{gemm_fmt, run_gemm, use_gemm};
 
 pub use attention::{attention, attention_kv, KvView};
-pub use ops::{add, embedding, rms_norm, rope, rope_shift, rope_tokens, silu, softmax, swiglu};
+pub use ops::{
+    add, embedding, rms_norm, rope, rope_shift, rope_tokens, rope_tokens_cached, silu, softmax,
+    swiglu, swiglu_in_place, RopeCache,
+};
 
 /// Tokens per tile of the matmul kernels.
 pub(crate) const TILE: usize = 8;

@@ -149,6 +149,119 @@ fn rope_span(
     freq_scale: f32,
     neox: bool,
 ) -> Result<()> {
+    check_rope(x, g)?;
+    let mut table = Vec::new();
+    rope_table(
+        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale,
+    );
+    rope_apply(x, g, &table, neox);
+    Ok(())
+}
+
+/// table: [n_tokens][n_rot / 2] (cos θ, sin θ) of token t's angles, token t at position p0 + t
+/// · step (computed in f64, then rounded).
+fn rope_table(
+    table: &mut Vec<(f32, f32)>,
+    n_tokens: usize,
+    n_rot: usize,
+    p0: f64,
+    step: f64,
+    freq_base: f32,
+    freq_scale: f32,
+) {
+    let half = n_rot / 2;
+    // [half] inverse frequencies, shared by all tokens.
+    let inv_freq: Vec<f64> = (0..half)
+        .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
+        .collect();
+    table.clear();
+    for t in 0..n_tokens {
+        let p = (p0 + t as f64 * step) * freq_scale as f64;
+        table.extend(inv_freq.iter().map(|f| {
+            let theta = p * f;
+            (theta.cos() as f32, theta.sin() as f32)
+        }));
+    }
+}
+
+/// Rotates x: [n_tokens, n_heads, head_dim] by `table` (see `rope_table`).
+fn rope_apply(x: &mut [f32], g: RopeGeom, table: &[(f32, f32)], neox: bool) {
+    let half = g.n_rot / 2;
+    let per_token = (g.n_heads * g.head_dim).max(1);
+    for (xt, cs) in x.chunks_exact_mut(per_token).zip(table.chunks(half.max(1))) {
+        for h in xt.chunks_exact_mut(g.head_dim.max(1)) {
+            for (i, &(c, s)) in cs.iter().enumerate().take(half) {
+                let (a, b) = if neox {
+                    (i, i + half)
+                } else {
+                    (2 * i, 2 * i + 1)
+                };
+                let (x0, x1) = (h[a], h[b]);
+                h[a] = x0 * c - x1 * s;
+                h[b] = x0 * s + x1 * c;
+            }
+        }
+    }
+}
+
+/// The cos/sin table of the last `rope_tokens_cached` call. A decode step rotates Q and K of
+/// every layer at the same position: the table (powf, cos and sin per pair) is computed once
+/// per token instead of twice per layer.
+#[derive(Default)]
+pub struct RopeCache {
+    /// (pos0, n_tokens, n_rot, freq_base bits, freq_scale bits) the table was made for.
+    key: Option<(usize, usize, usize, u32, u32)>,
+    /// [n_tokens][n_rot / 2] (cos, sin).
+    table: Vec<(f32, f32)>,
+}
+
+/// `rope_tokens` with the angle table kept in `cache` between calls: the same values, computed
+/// once per (positions, rotation) instead of once per call.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_tokens_cached(
+    cache: &mut RopeCache,
+    x: &mut [f32],
+    n_tokens: usize,
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos0: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    neox: bool,
+) -> Result<()> {
+    let g = RopeGeom {
+        n_tokens,
+        n_heads,
+        head_dim,
+        n_rot,
+    };
+    check_rope(x, g)?;
+    let key = (
+        pos0,
+        n_tokens,
+        n_rot,
+        freq_base.to_bits(),
+        freq_scale.to_bits(),
+    );
+    if cache.key != Some(key) {
+        cache.key = None;
+        rope_table(
+            &mut cache.table,
+            n_tokens,
+            n_rot,
+            pos0 as f64,
+            1.0,
+            freq_base,
+            freq_scale,
+        );
+        cache.key = Some(key);
+    }
+    rope_apply(x, g, &cache.table, neox);
+    Ok(())
+}
+
+fn check_rope(x: &[f32], g: RopeGeom) -> Result<()> {
     let RopeGeom {
         n_tokens,
         n_heads,
@@ -163,32 +276,6 @@ fn rope_span(
                 x.len()
             ),
         ));
-    }
-    let half = n_rot / 2;
-    // [half] inverse frequencies, shared by all tokens.
-    let inv_freq: Vec<f64> = (0..half)
-        .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
-        .collect();
-    // [half] cos and sin of the current token's angles.
-    let mut cs = vec![(0f32, 0f32); half];
-    for (t, xt) in x.chunks_exact_mut((n_heads * head_dim).max(1)).enumerate() {
-        let p = (p0 + t as f64 * step) * freq_scale as f64;
-        for (c, f) in cs.iter_mut().zip(&inv_freq) {
-            let theta = p * f;
-            *c = (theta.cos() as f32, theta.sin() as f32);
-        }
-        for h in xt.chunks_exact_mut(head_dim.max(1)) {
-            for (i, &(c, s)) in cs.iter().enumerate() {
-                let (a, b) = if neox {
-                    (i, i + half)
-                } else {
-                    (2 * i, 2 * i + 1)
-                };
-                let (x0, x1) = (h[a], h[b]);
-                h[a] = x0 * c - x1 * s;
-                h[b] = x0 * s + x1 * c;
-            }
-        }
     }
     Ok(())
 }
@@ -223,6 +310,27 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
     }
     for ((o, &g), &u) in out.iter_mut().zip(gate).zip(up) {
         *o = silu(g) * u;
+    }
+    Ok(())
+}
+
+/// gate[i] = silu(gate[i]) * up[i] in place over the whole slices (the CPU backend's SwiGLU):
+/// AVX2 lanes where the CPU has them (an exp within 2 ulp of libm's), else `silu`.
+pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) -> Result<()> {
+    if gate.len() != up.len() {
+        return Err(len_err(
+            "swiglu",
+            format!("gate {} up {}", gate.len(), up.len()),
+        ));
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx2.available() {
+        // SAFETY: Avx2 availability includes AVX2 and FMA; the lengths match.
+        unsafe { super::avx2_float::swiglu(gate, up) };
+        return Ok(());
+    }
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = silu(*g) * u;
     }
     Ok(())
 }
