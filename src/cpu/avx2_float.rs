@@ -145,6 +145,35 @@ fn finish_dot(acc: __m256, tail: f32) -> f32 {
     lanes.iter().sum::<f32>() + tail
 }
 
+/// 8 values of `fmt` at `p`, widened to f32 (`load_w8` without the slice checks, for the
+/// attention scans, which check their whole range once).
+///
+/// # Safety
+/// AVX2/F16C must be available; `p` points at 8 readable values of `fmt`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn load8(fmt: FloatFormat, p: *const u8) -> __m256 {
+    // SAFETY: forwarded from the caller.
+    unsafe {
+        match fmt {
+            FloatFormat::F32 => _mm256_loadu_ps(p as *const f32),
+            FloatFormat::F16 => _mm256_cvtph_ps(_mm_loadu_si128(p as *const __m128i)),
+            FloatFormat::Bf16 => {
+                let h = _mm_loadu_si128(p as *const __m128i);
+                _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+            }
+        }
+    }
+}
+
+/// Bytes of `n` values of `fmt`.
+fn fmt_bytes(fmt: FloatFormat, n: usize) -> usize {
+    match fmt {
+        FloatFormat::F32 => 4 * n,
+        FloatFormat::F16 | FloatFormat::Bf16 => 2 * n,
+    }
+}
+
 /// scores[j] = scale · (q · key j) for j < scores.len(), key j being the `q.len()` values of
 /// `fmt` at byte offset j · row of `k`: the attention's key scan for one head. Four positions run
 /// side by side (four independent add chains instead of one latency-bound chain per position),
@@ -152,8 +181,7 @@ fn finish_dot(acc: __m256, tail: f32) -> f32 {
 /// `scale * kv_dot(..)`.
 ///
 /// # Safety
-/// AVX2/FMA/F16C must be available; `k` holds at least (scores.len() - 1) · row bytes plus one
-/// head slice.
+/// AVX2/FMA/F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn kv_scores(
     fmt: FloatFormat,
@@ -164,29 +192,34 @@ pub(crate) unsafe fn kv_scores(
     scores: &mut [f32],
 ) {
     let hd = q.len();
-    let head = match fmt {
-        FloatFormat::F32 => 4 * hd,
-        FloatFormat::F16 | FloatFormat::Bf16 => 2 * hd,
-    };
+    let head = fmt_bytes(fmt, hd);
     let n = scores.len();
+    // The rows scanned must lie in k (a short k panics here, not in the loads).
+    let span = n.checked_sub(1).map_or(0, |l| l * row + head);
+    let k = &k[..span];
     let mut j = 0;
     if hd.is_multiple_of(8) {
         // The empty tail sum of kv_dot when hd is whole vectors.
         let tail: f32 = std::iter::empty::<f32>().sum();
+        let step = fmt_bytes(fmt, 8);
         while j + 4 <= n {
-            let kb: [&[u8]; 4] = std::array::from_fn(|t| &k[(j + t) * row..][..head]);
+            let base = k[j * row..].as_ptr();
             let mut acc = [_mm256_setzero_ps(); 4];
             let mut i = 0;
             while i < hd {
-                // SAFETY: i + 8 <= hd = q.len().
-                let qv = unsafe { _mm256_loadu_ps(q[i..].as_ptr()) };
-                for t in 0..4 {
-                    acc[t] = _mm256_add_ps(acc[t], _mm256_mul_ps(qv, load_w8(fmt, kb[t], i)));
+                // SAFETY: i + 8 <= hd = q.len(); rows j..j + 4 of `head` bytes lie in k (span).
+                unsafe {
+                    let qv = _mm256_loadu_ps(q.as_ptr().add(i));
+                    let off = (i / 8) * step;
+                    for (t, a) in acc.iter_mut().enumerate() {
+                        let kv = load8(fmt, base.add(t * row + off));
+                        *a = _mm256_add_ps(*a, _mm256_mul_ps(qv, kv));
+                    }
                 }
                 i += 8;
             }
-            for t in 0..4 {
-                scores[j + t] = scale * finish_dot(acc[t], tail);
+            for (t, a) in acc.iter().enumerate() {
+                scores[j + t] = scale * finish_dot(*a, tail);
             }
             j += 4;
         }
@@ -200,12 +233,11 @@ pub(crate) unsafe fn kv_scores(
 /// o = Σ_j p[j] · (value j), value j being the `o.len()` values of `fmt` at byte offset j · row
 /// of `v`: the attention's value accumulation for one head. Each element takes the same adds
 /// in the same order (j ascending, multiply then add, from 0) as the table path's
-/// `o.fill(0)` and `o += p[j] · value j` per position, so the output is bit-identical; 64 outputs stay in registers
-/// across all positions instead of being loaded and stored once per position.
+/// `o.fill(0)` and `o += p[j] · value j` per position, so the output is bit-identical; 64 outputs
+/// stay in registers across all positions instead of being loaded and stored once per position.
 ///
 /// # Safety
-/// AVX2/FMA/F16C must be available; `v` holds at least (p.len() - 1) · row bytes plus one head
-/// slice.
+/// AVX2/FMA/F16C must be available.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn kv_weighted_sum(
     fmt: FloatFormat,
@@ -215,15 +247,25 @@ pub(crate) unsafe fn kv_weighted_sum(
     o: &mut [f32],
 ) {
     const B: usize = 8;
+    if p.is_empty() {
+        o.fill(0.0);
+        return;
+    }
     let hd = o.len();
+    let head = fmt_bytes(fmt, hd);
+    let span = p.len().checked_sub(1).map_or(0, |l| l * row + head);
+    let v = &v[..span];
+    let step = fmt_bytes(fmt, 8);
     let mut c = 0;
     while c + 8 * B <= hd {
         let mut acc = [_mm256_setzero_ps(); B];
+        let base = v[fmt_bytes(fmt, c)..].as_ptr();
         for (j, &pj) in p.iter().enumerate() {
             let pv = _mm256_set1_ps(pj);
-            let vb = &v[j * row..];
             for (b, a) in acc.iter_mut().enumerate() {
-                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, load_w8(fmt, vb, c + 8 * b)));
+                // SAFETY: value j's vector b of this block lies in v (span covers p.len() rows).
+                let x = unsafe { load8(fmt, base.add(j * row + b * step)) };
+                *a = _mm256_add_ps(*a, _mm256_mul_ps(pv, x));
             }
         }
         for (b, a) in acc.iter().enumerate() {
@@ -316,5 +358,59 @@ pub(crate) unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
         f(&mut g8, &u8);
         let n = gt.len();
         gt.copy_from_slice(&g8[..n]);
+    }
+}
+
+/// Softmax in place (max-subtracted), the exponentials by `exp8` 8 lanes at a time (a partial
+/// last vector through a padded copy whose padding is left out of the sum). Values more than 87
+/// below the maximum get e^-87 ≈ 1.6e-38 instead of less: nothing at f32 precision next to the
+/// maximum's 1.
+///
+/// # Safety
+/// AVX2/FMA must be available.
+#[target_feature(enable = "avx2,fma")]
+pub(crate) unsafe fn softmax(x: &mut [f32]) {
+    if x.is_empty() {
+        return;
+    }
+    let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
+    let mv = _mm256_set1_ps(m);
+    let ex = |c: &mut [f32]| {
+        // SAFETY: c holds 8 f32 (chunks_exact / the padded copy below).
+        unsafe {
+            let e = exp8(_mm256_sub_ps(_mm256_loadu_ps(c.as_ptr()), mv));
+            _mm256_storeu_ps(c.as_mut_ptr(), e);
+            e
+        }
+    };
+    let mut acc = _mm256_setzero_ps();
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        acc = _mm256_add_ps(acc, ex(c));
+    }
+    let rest = chunks.into_remainder();
+    let mut sum = super::avx2::hsum(acc);
+    if !rest.is_empty() {
+        let mut pad = [m; 8];
+        pad[..rest.len()].copy_from_slice(rest);
+        ex(&mut pad);
+        let n = rest.len();
+        rest.copy_from_slice(&pad[..n]);
+        sum += rest.iter().sum::<f32>();
+    }
+    let inv = _mm256_set1_ps(1.0 / sum);
+    let mut chunks = x.chunks_exact_mut(8);
+    for c in &mut chunks {
+        // SAFETY: c holds 8 f32.
+        unsafe {
+            _mm256_storeu_ps(
+                c.as_mut_ptr(),
+                _mm256_mul_ps(_mm256_loadu_ps(c.as_ptr()), inv),
+            )
+        };
+    }
+    let inv = 1.0 / sum;
+    for v in chunks.into_remainder() {
+        *v *= inv;
     }
 }

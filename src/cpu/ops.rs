@@ -280,8 +280,15 @@ fn check_rope(x: &[f32], g: RopeGeom) -> Result<()> {
     Ok(())
 }
 
-/// Softmax in place (max-subtracted). An empty slice is left alone.
+/// Softmax in place (max-subtracted). An empty slice is left alone. AVX2 lanes where the CPU has
+/// them (an exp within 2 ulp of libm's).
 pub fn softmax(x: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    if super::Isa::Avx2.available() {
+        // SAFETY: Avx2 availability includes AVX2 and FMA.
+        unsafe { super::avx2_float::softmax(x) };
+        return;
+    }
     let m = x.iter().fold(f32::NEG_INFINITY, |a, &b| a.max(b));
     let mut sum = 0.0f32;
     for v in x.iter_mut() {
