@@ -7,6 +7,13 @@
 // Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max) and
 // kv/read.wgsl (the caches' types K_TYPE, V_TYPE and fn kv_vec4, decoding in the loops).
 // Group g = wid.x + wid.y * groups_x = (token * n_head + head) * n_chunks + chunk.
+// With a single chunk (n_chunks = 1: a context of at most CHUNK positions) the workgroup
+// writes the finished output itself, acc * (1 / sum) as the combine pass would compute it
+// (exp(m - m) = 1 exactly), and the host skips the combine launch (issue 5: one launch fewer
+// per layer on a short context). With quant = 1 as well it quantizes that output for the
+// output projection (head_dim a multiple of 32: a head is whole chunks of quantize_act's
+// layout), through quantize_chunk.wgsl's `quantize_store`, composed before this kernel, so
+// the quantize_act launch goes too.
 
 struct AttentionParams {
     n_tokens: u32,
@@ -26,7 +33,8 @@ struct AttentionParams {
     scale: f32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    pad0: u32,
+    // 1: quantize the output (n_chunks = 1 only)
+    quant: u32,
     pad1: u32,
 }
 
@@ -39,6 +47,12 @@ struct AttentionParams {
 // [n_tokens, n_head, n_chunks, 1 + head_dim / 4] vec4: (m, sum, 0, 0), then the weighted V
 @group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
 @group(0) @binding(4) var<uniform> P: AttentionParams;
+// [n_tokens, n_head, head_dim]: written only when n_chunks = 1 (else bound but unused)
+@group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
+// [n_tokens, n_head * head_dim / 4] words of four int8 codes and [n_tokens, n_head *
+// head_dim / 32] chunk scales and sums (quantize_act.wgsl's layout): written only when quant = 1
+@group(0) @binding(6) var<storage, read_write> qx: array<u32>;
+@group(0) @binding(7) var<storage, read_write> qd: array<vec4<f32>>;
 
 // Key positions per workgroup (at most MAX_CHUNK).
 override CHUNK: u32 = 256u;
@@ -123,8 +137,10 @@ fn main(
         part[it] = acc;
     }
     workgroupBarrier();
+    let direct = P.n_chunks == 1u;
+    let inv = 1.0 / cs;
     let base = g * (d4 + 1u);
-    if (lid == 0u) {
+    if (lid == 0u && !direct) {
         scratch[base] = vec4<f32>(cm, cs, 0.0, 0.0);
     }
     for (var lane = lid; lane < d4; lane += WG) {
@@ -132,6 +148,29 @@ fn main(
         for (var r = 0u; r < n_groups; r++) {
             acc += part[r * d4 + lane];
         }
-        scratch[base + 1u + lane] = acc;
+        if (direct) {
+            // g = th when there is one chunk.
+            out[g * d4 + lane] = acc * inv;
+            // q_sh is free again (the scores' barriers passed since its last read).
+            q_sh[lane] = acc * inv;
+        } else {
+            scratch[base + 1u + lane] = acc;
+        }
+    }
+    // Uniform over the workgroup (P only), so the barrier is reached by all or none.
+    if (direct && P.quant == 1u) {
+        workgroupBarrier();
+        let nc = P.head_dim / 32u;
+        for (var c = lid; c < nc; c += WG) {
+            var v: array<f32, 32>;
+            for (var k = 0u; k < 8u; k++) {
+                let a = q_sh[c * 8u + k];
+                v[4u * k] = a.x;
+                v[4u * k + 1u] = a.y;
+                v[4u * k + 2u] = a.z;
+                v[4u * k + 3u] = a.w;
+            }
+            quantize_store(g * nc + c, v);
+        }
     }
 }

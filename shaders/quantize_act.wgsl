@@ -1,5 +1,5 @@
 // Activation quantization for the integer matvec (twin of src/cpu/act.rs
-// `QAct::quantize_scalar`, bit for bit): each chunk of 32 values through `quantize_chunk`.
+// `QAct::quantize_scalar`, bit for bit): each chunk of 32 values through `quantize_store`.
 // Composed after quantize_chunk.wgsl (no reduction): one invocation per chunk; 2-D dispatch as
 // in matvec.wgsl.
 
@@ -36,9 +36,5 @@ fn main(
     for (var j = 0u; j < 32u; j++) {
         v[j] = x[i * 32u + j];
     }
-    let q = quantize_chunk(v);
-    for (var k = 0u; k < 8u; k++) {
-        qx[i * 8u + k] = q.w[k];
-    }
-    qd[i] = q.d;
+    quantize_store(i, v);
 }

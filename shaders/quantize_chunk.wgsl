@@ -86,3 +86,15 @@ fn quantize_chunk(v: array<f32, 32>) -> QuantChunk {
     out.d = vec4<f32>(d, d * f32(s.x), d * f32(s.y), d * f32(s.x + s.y));
     return out;
 }
+
+// Quantizes chunk `ci` (its 32 values `v`) into qx[8 ci..8 ci + 8] and qd[ci]. The kernel
+// composed after this fragment declares `qx: array<u32>` ([n_chunks, 8] words: element 4k + j
+// in byte j of word k) and `qd: array<vec4<f32>>` ([n_chunks], QuantChunk.d) as read_write
+// storage (their binding numbers are the kernel's).
+fn quantize_store(ci: u32, v: array<f32, 32>) {
+    let q = quantize_chunk(v);
+    for (var k = 0u; k < 8u; k++) {
+        qx[ci * 8u + k] = q.w[k];
+    }
+    qd[ci] = q.d;
+}

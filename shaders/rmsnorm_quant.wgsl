@@ -1,6 +1,6 @@
 // RMS normalization fused with the 8-bit quantization of its output: `out` gets exactly what
 // rmsnorm.wgsl writes (the same sum, scale and products), and qx / qd exactly what
-// quantize_act.wgsl would make of `out` (the same `quantize_chunk`), so the matmuls that read
+// quantize_act.wgsl would make of `out` (the same `quantize_store`), so the matmuls that read
 // the normalised vector skip their own pass over it. Rows of n values, n a multiple of 32.
 // Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum) and quantize_chunk.wgsl.
 // One workgroup per row; 2-D dispatch as in matvec.wgsl.
@@ -53,11 +53,6 @@ fn main(
             v[j] = x[base + i] * scale * weight[i];
             out[base + i] = v[j];
         }
-        let q = quantize_chunk(v);
-        let ci = row * nc + c;
-        for (var k = 0u; k < 8u; k++) {
-            qx[ci * 8u + k] = q.w[k];
-        }
-        qd[ci] = q.d;
+        quantize_store(row * nc + c, v);
     }
 }

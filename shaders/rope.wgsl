@@ -1,6 +1,9 @@
 // Rotary position embedding in place (twin of kernels-ref's ops::rope), for n_tokens tokens at
 // positions pos0, pos0 + 1, ... Standalone module (no reduction fragment).
 // One invocation per rotated pair (token, head, i); 2-D dispatch as in matvec.wgsl.
+// One launch rotates the queries and the keys (issue 5: one launch fewer per layer): the
+// pairs of x come first, then those of x2 ([n_tokens, n_heads2, head_dim], same positions);
+// n_heads2 = 0 rotates x alone.
 
 override WG: u32 = 64u;
 
@@ -16,7 +19,8 @@ struct RopeParams {
     neox: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    pad0: u32,
+    // heads of x2 (0: none)
+    n_heads2: u32,
 }
 
 // [n_tokens, n_heads, head_dim]
@@ -25,6 +29,8 @@ struct RopeParams {
 // may be tens of ulp off, and that relative error is multiplied by the position.
 @group(0) @binding(1) var<storage, read> freqs: array<f32>;
 @group(0) @binding(2) var<uniform> P: RopeParams;
+// [n_tokens, n_heads2, head_dim]: the keys when one launch rotates both
+@group(0) @binding(3) var<storage, read_write> x2: array<f32>;
 
 // 2*pi split so that k * TAU_HI is exact for k < 2^16 (TAU_HI has 8 significant bits), which
 // keeps the range reduction's error independent of the angle (Cody-Waite).
@@ -38,14 +44,21 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let half = P.n_rot / 2u;
-    let g = (wid.x + wid.y * P.groups_x) * WG + lid;
-    if (half == 0u || g >= P.n_tokens * P.n_heads * half) {
+    var g = (wid.x + wid.y * P.groups_x) * WG + lid;
+    let first = P.n_tokens * P.n_heads * half;
+    let second = g >= first;
+    var n_heads = P.n_heads;
+    if (second) {
+        g -= first;
+        n_heads = P.n_heads2;
+    }
+    if (half == 0u || g >= P.n_tokens * n_heads * half) {
         return;
     }
     let i = g % half;
     // token * n_heads + head
     let th = g / half;
-    let tok = th / P.n_heads;
+    let tok = th / n_heads;
     let base = th * P.head_dim;
     var ia = base + 2u * i;
     var ib = ia + 1u;
@@ -59,8 +72,15 @@ fn main(
     let r = (theta - k * TAU_HI) - k * TAU_LO;
     let s = sin(r);
     let c = cos(r);
-    let a = x[ia];
-    let b = x[ib];
-    x[ia] = a * c - b * s;
-    x[ib] = a * s + b * c;
+    if (second) {
+        let a = x2[ia];
+        let b = x2[ib];
+        x2[ia] = a * c - b * s;
+        x2[ib] = a * s + b * c;
+    } else {
+        let a = x[ia];
+        let b = x[ib];
+        x[ia] = a * c - b * s;
+        x[ib] = a * s + b * c;
+    }
 }

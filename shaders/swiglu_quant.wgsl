@@ -1,6 +1,6 @@
 // SwiGLU in place fused with the 8-bit quantization of its result: gate = silu(gate) * up as
 // swiglu.wgsl computes it, and qx / qd exactly what quantize_act.wgsl would make of the new
-// gate (the same `quantize_chunk`), so the down projection skips its own pass over it.
+// gate (the same `quantize_store`), so the down projection skips its own pass over it.
 // n (the element count) is a multiple of 32. Composed after quantize_chunk.wgsl (no
 // reduction): one invocation per chunk of 32; 2-D dispatch as in matvec.wgsl.
 
@@ -41,9 +41,5 @@ fn main(
         v[j] = g / (1.0 + exp(-g)) * up[i];
         gate[i] = v[j];
     }
-    let q = quantize_chunk(v);
-    for (var k = 0u; k < 8u; k++) {
-        qx[c * 8u + k] = q.w[k];
-    }
-    qd[c] = q.d;
+    quantize_store(c, v);
 }

@@ -163,6 +163,19 @@ pub trait Backend {
     fn add_bias(&mut self, bias: WeightId, x: &mut Self::Act, n: usize) -> Result<()>;
     /// RoPE in place on x: [n, n_heads, head_dim]; token i is at position pos0 + i.
     fn rope(&mut self, x: &mut Self::Act, n: usize, n_heads: usize, pos0: usize) -> Result<()>;
+    /// RoPE on the queries q: [n, n_head, head_dim] and the keys k: [n, n_head_kv, head_dim],
+    /// as `rope` on each; a backend may rotate both in one pass (the GPU: one launch fewer).
+    fn rope_qk(
+        &mut self,
+        q: &mut Self::Act,
+        k: &mut Self::Act,
+        n: usize,
+        (n_head, n_head_kv): (usize, usize),
+        pos0: usize,
+    ) -> Result<()> {
+        self.rope(q, n, n_head, pos0)?;
+        self.rope(k, n, n_head_kv, pos0)
+    }
     /// Stores k, v: [n, n_head_kv, head_dim] in layer `layer`'s KV cache at positions
     /// pos0..pos0+n, then out: [n, n_head, head_dim] = causal attention of q: [n, n_head,
     /// head_dim] over positions 0..=pos0+i.

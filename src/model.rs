@@ -113,8 +113,7 @@ pub fn layer_stage<B: Backend>(
         b.add_bias(Bk(l), &mut s.k, n)?;
         b.add_bias(Bv(l), &mut s.v, n)?;
     }
-    b.rope(&mut s.q, n, cfg.n_head, pos0)?;
-    b.rope(&mut s.k, n, cfg.n_head_kv, pos0)?;
+    b.rope_qk(&mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
     b.matmul_add(Wo(l), &s.att, n, cfg.n_embd, &mut s.o, &mut s.x)?;
     // Feed-forward block.

@@ -304,29 +304,34 @@ fn attention_launches_picks_the_path_by_token_count() {
     let ctx = context();
     let ks = Kernels::new(&ctx).unwrap();
     let case = Case::new(9, 3, 64, 1, 0);
+    let c = ATTENTION_CHUNK as usize;
     let cfg = AttentionConfig {
-        n_ctx: 64,
+        n_ctx: c + 64,
         ..case.cfg
     };
-    let buf = upload_f32(&ctx, "b", &vec![0.0; 64 * 9 * 64]).unwrap();
-    let scratch = upload_f32(&ctx, "s", &vec![0.0; split_scratch_len(&cfg, 64, 256)]).unwrap();
-    let keys = |n: usize| -> Vec<String> {
-        ks.attention_launches(&buf, &buf, &buf, &scratch, &buf, &cfg, n, 0)
+    let buf = upload_f32(&ctx, "b", &vec![0.0; (c + 64) * 9 * 64]).unwrap();
+    let scratch = upload_f32(&ctx, "s", &vec![0.0; split_scratch_len(&cfg, 64, c)]).unwrap();
+    let keys = |n: usize, pos0: usize| -> Vec<String> {
+        ks.attention_launches(&buf, &buf, &buf, &scratch, &buf, &cfg, n, pos0)
             .unwrap()
             .iter()
             .map(|l| l.key.label())
             .collect()
     };
     let sg = if ks.subgroup { "_sg" } else { "" };
-    let split = vec![
+    // One chunk holds the context: the split pass writes the output, no combine.
+    let split = vec![format!("attention_split{sg}")];
+    let split_combine = vec![
         format!("attention_split{sg}"),
         format!("attention_combine{sg}"),
     ];
-    assert_eq!(keys(1), split);
-    assert_eq!(keys(SPLIT_MAX_TOKENS), split);
-    assert_eq!(keys(SPLIT_MAX_TOKENS + 1), vec!["attention_prefill"]);
-    assert_eq!(keys(64), vec!["attention_prefill"]);
-    assert!(keys(0).is_empty());
+    assert_eq!(keys(1, 0), split);
+    assert_eq!(keys(SPLIT_MAX_TOKENS, c - SPLIT_MAX_TOKENS), split);
+    assert_eq!(keys(1, c), split_combine);
+    assert_eq!(keys(SPLIT_MAX_TOKENS, c - 1), split_combine);
+    assert_eq!(keys(SPLIT_MAX_TOKENS + 1, 0), vec!["attention_prefill"]);
+    assert_eq!(keys(64, c), vec!["attention_prefill"]);
+    assert!(keys(0, 0).is_empty());
     assert_eq!(
         KernelKey::AttentionPrefill { kv: KvTypes::F32 }.label(),
         "attention_prefill",

@@ -9,6 +9,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, Kernels, Launch};
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::shaders::{AttentionParams, KernelKey, KvStoreParams, MAX_WORKGROUP_SIZE};
 use crate::kv_type::{KvType, KvTypes};
 
@@ -100,7 +101,8 @@ pub fn kv_cache_bytes(ty: KvType, values: usize) -> u64 {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AttentionPath {
     /// Flash-decoding: `attention_split` over chunks of [`ATTENTION_CHUNK`] positions, then
-    /// `attention_combine`. Needs the scratch buffer.
+    /// `attention_combine` (skipped when one chunk holds the context: the split pass then
+    /// writes the output). Needs the scratch buffer.
     Split,
     /// Tiled causal prefill (`attention_prefill`); the scratch buffer is not used.
     Prefill,
@@ -134,6 +136,16 @@ fn check_cache(what: &str, buf: &wgpu::Buffer, ty: KvType, values: usize) -> Res
     if buf.size() < need {
         return Err(Error::Gpu(format!(
             "{what}: buffer of {} bytes, a {ty} cache of {values} values needs {need} bytes",
+            buf.size()
+        )));
+    }
+    Ok(())
+}
+
+fn check_q8(what: &str, buf: &wgpu::Buffer, bytes: usize) -> Result<()> {
+    if buf.size() < bytes as u64 {
+        return Err(Error::Gpu(format!(
+            "{what}: buffer of {} bytes, need {bytes}",
             buf.size()
         )));
     }
@@ -300,6 +312,32 @@ impl Kernels {
         self.attention_launches_with(path, q, k_cache, v_cache, scratch, out, cfg, n_tokens, pos0)
     }
 
+    /// As [`Kernels::attention_launches`]; with `quant` = (qx, qd) (`[n_tokens, q_dim / 4]`
+    /// u32 and `[n_tokens, q_dim / 32]` vec4, `shaders/quantize_act.wgsl`'s layout), when the
+    /// split pass writes the output alone (one chunk, `head_dim` a multiple of 32) it also
+    /// quantizes that output into them, exactly as `quantize_act` would: the flag says so.
+    #[allow(clippy::too_many_arguments)]
+    pub fn attention_launches_quant<'a>(
+        &self,
+        q: &'a wgpu::Buffer,
+        k_cache: &'a wgpu::Buffer,
+        v_cache: &'a wgpu::Buffer,
+        scratch: &'a wgpu::Buffer,
+        out: &'a wgpu::Buffer,
+        quant: Option<(&'a wgpu::Buffer, &'a wgpu::Buffer)>,
+        cfg: &AttentionConfig,
+        n_tokens: usize,
+        pos0: usize,
+    ) -> Result<(Vec<Launch<'a>>, bool)> {
+        let path = if n_tokens <= SPLIT_MAX_TOKENS {
+            AttentionPath::Split
+        } else {
+            AttentionPath::Prefill
+        };
+        let bufs = (q, k_cache, v_cache, scratch, out);
+        self.plan_attention(path, bufs, quant, cfg, n_tokens, pos0)
+    }
+
     /// As [`Kernels::attention_launches`] on the given path; the split path needs
     /// [`split_scratch_len`] f32 of `scratch` for `n_tokens`.
     #[allow(clippy::too_many_arguments)]
@@ -315,6 +353,30 @@ impl Kernels {
         n_tokens: usize,
         pos0: usize,
     ) -> Result<Vec<Launch<'a>>> {
+        let bufs = (q, k_cache, v_cache, scratch, out);
+        Ok(self
+            .plan_attention(path, bufs, None, cfg, n_tokens, pos0)?
+            .0)
+    }
+
+    /// The launches of `path` over (q, k_cache, v_cache, scratch, out), quantizing the output
+    /// into `quant` where the split pass can (the flag).
+    #[allow(clippy::type_complexity)]
+    fn plan_attention<'a>(
+        &self,
+        path: AttentionPath,
+        (q, k_cache, v_cache, scratch, out): (
+            &'a wgpu::Buffer,
+            &'a wgpu::Buffer,
+            &'a wgpu::Buffer,
+            &'a wgpu::Buffer,
+            &'a wgpu::Buffer,
+        ),
+        quant: Option<(&'a wgpu::Buffer, &'a wgpu::Buffer)>,
+        cfg: &AttentionConfig,
+        n_tokens: usize,
+        pos0: usize,
+    ) -> Result<(Vec<Launch<'a>>, bool)> {
         let row = check_shape(cfg, n_tokens, pos0)?;
         let act = n_tokens * cfg.n_head * cfg.head_dim;
         check_len("attention q", q, act)?;
@@ -322,7 +384,7 @@ impl Kernels {
         check_cache("attention k_cache", k_cache, cfg.kv.k, cfg.n_ctx * row)?;
         check_cache("attention v_cache", v_cache, cfg.kv.v, cfg.n_ctx * row)?;
         if n_tokens == 0 {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), false));
         }
         let mut params = AttentionParams {
             n_tokens: to_u32(n_tokens, "n_tokens")?,
@@ -335,7 +397,7 @@ impl Kernels {
             tile_k: 0,
             scale: cfg.scale,
             groups_x: 0,
-            pad0: 0,
+            quant: 0,
             pad1: 0,
         };
         let max = self.max_groups_per_dim;
@@ -353,16 +415,40 @@ impl Kernels {
                     .ok_or_else(|| Error::Gpu("attention: too many workgroups".into()))?;
                 let groups = grid(to_u32(split_groups, "split workgroups")?, max)?;
                 params.groups_x = groups.0;
+                // With one chunk the split pass writes `out` itself (see
+                // attention_split.wgsl), and may quantize it; else qx / qd are bound to `out`,
+                // unused.
+                let quant = quant.filter(|_| n_chunks == 1 && cfg.head_dim.is_multiple_of(32));
+                let (qx, qd) = match quant {
+                    Some((qx, qd)) => {
+                        check_q8("attention qx", qx, qx_words(n_tokens, act / n_tokens) * 4)?;
+                        check_q8("attention qd", qd, qd_vec4s(n_tokens, act / n_tokens) * 16)?;
+                        params.quant = 1;
+                        (qx, qd)
+                    }
+                    None => (out, out),
+                };
                 let split = Launch::new(
                     KernelKey::AttentionSplit {
                         subgroup: self.subgroup,
                         kv: cfg.kv,
                     },
                     &params,
-                    &[(0, q), (1, k_cache), (2, v_cache), (3, scratch)],
+                    &[
+                        (0, q),
+                        (1, k_cache),
+                        (2, v_cache),
+                        (3, scratch),
+                        (5, out),
+                        (6, qx),
+                        (7, qd),
+                    ],
                     4,
                     groups,
                 );
+                if n_chunks == 1 {
+                    return Ok((vec![split], quant.is_some()));
+                }
                 let groups = grid(to_u32(n_tokens * cfg.n_head, "combine workgroups")?, max)?;
                 params.groups_x = groups.0;
                 let combine = Launch::new(
@@ -374,7 +460,7 @@ impl Kernels {
                     2,
                     groups,
                 );
-                Ok(vec![split, combine])
+                Ok((vec![split, combine], false))
             }
             AttentionPath::Prefill => {
                 let (tq, tk) = prefill_tiles(cfg.head_dim, self.workgroup_size as usize)?;
@@ -383,13 +469,14 @@ impl Kernels {
                 let n_groups = n_tokens.div_ceil(tq) * cfg.n_head;
                 let groups = grid(to_u32(n_groups, "prefill workgroups")?, max)?;
                 params.groups_x = groups.0;
-                Ok(vec![Launch::new(
+                let launch = Launch::new(
                     KernelKey::AttentionPrefill { kv: cfg.kv },
                     &params,
                     &[(0, q), (1, k_cache), (2, v_cache), (3, out)],
                     4,
                     groups,
-                )])
+                );
+                Ok((vec![launch], false))
             }
         }
     }

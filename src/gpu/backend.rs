@@ -508,6 +508,25 @@ impl Backend for GpuBackend {
         self.record(launch)
     }
 
+    fn rope_qk(
+        &mut self,
+        q: &mut GpuAct,
+        k: &mut GpuAct,
+        n: usize,
+        (n_head, n_head_kv): (usize, usize),
+        pos0: usize,
+    ) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        self.written(&q.buf);
+        self.written(&k.buf);
+        // The frequencies depend on the head dimension only, shared by Q and K.
+        let cfg = m.rope_config(n_head);
+        let launch =
+            m.kernels
+                .rope_pair_launch(&q.buf, &k.buf, n_head_kv, &m.rope_freqs, &cfg, n, pos0)?;
+        self.record(launch)
+    }
+
     fn attention(
         &mut self,
         layer: usize,
@@ -535,11 +554,20 @@ impl Backend for GpuBackend {
             self.rec.record(&m.ctx, &m.kernels, l)?;
         }
         let scratch = self.att_scratch.clone();
-        let launches = m
+        // The output projection reads `out` quantized: the split pass quantizes it on the way
+        // out where it can (one chunk), saving the quantize_act launch.
+        let len = n.saturating_mul(cfg.n_head * cfg.head_dim);
+        let (qx, qd) = (self.qx.clone(), self.qd.clone());
+        let quant = (!m.f32_activations && len <= self.q_capacity).then_some((&qx, &qd));
+        let (launches, quantized) = m
             .kernels
-            .attention_launches(&q.buf, &kc, &vc, &scratch, &out.buf, &cfg, n, pos0)?;
+            .attention_launches_quant(&q.buf, &kc, &vc, &scratch, &out.buf, quant, &cfg, n, pos0)?;
         for l in launches {
             self.rec.record(&m.ctx, &m.kernels, l)?;
+        }
+        // Else qx / qd are untouched and still hold what `quantized` says.
+        if quantized {
+            self.quantized = Some((out.buf.clone(), len));
         }
         Ok(())
     }

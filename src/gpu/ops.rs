@@ -69,6 +69,24 @@ impl Kernels {
         n_tokens: usize,
         pos0: usize,
     ) -> Result<Launch<'a>> {
+        // x is bound as the (unused) second buffer too.
+        self.rope_pair_launch(x, x, 0, freqs, cfg, n_tokens, pos0)
+    }
+
+    /// One launch of RoPE on `x` (`[n_tokens, cfg.n_heads, head_dim]`) and on `x2`
+    /// (`[n_tokens, n_heads2, head_dim]`, e.g. the keys beside the queries), at the same
+    /// positions; `n_heads2 = 0` leaves `x2` alone.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rope_pair_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        x2: &'a wgpu::Buffer,
+        n_heads2: usize,
+        freqs: &'a wgpu::Buffer,
+        cfg: &RopeConfig,
+        n_tokens: usize,
+        pos0: usize,
+    ) -> Result<Launch<'a>> {
         if cfg.n_rot > cfg.head_dim || !cfg.n_rot.is_multiple_of(2) {
             return Err(Error::Gpu(format!(
                 "rope: n_rot {} must be even and at most head_dim {}",
@@ -79,13 +97,19 @@ impl Kernels {
             .saturating_mul(cfg.n_heads as u64)
             .saturating_mul(cfg.head_dim as u64);
         check_len("rope x", x, n)?;
+        let n2 = (n_tokens as u64)
+            .saturating_mul(n_heads2 as u64)
+            .saturating_mul(cfg.head_dim as u64);
+        check_len("rope x2", x2, n2)?;
         let half = cfg.n_rot / 2;
         let pos0 = to_u32(pos0, "pos0")?;
         // The last position must fit too (the shader adds the token index to pos0).
         to_u32(pos0 as usize + n_tokens, "last position")?;
         check_len("rope freqs", freqs, half as u64)?;
         let pairs = to_u32(n_tokens, "n_tokens")?
-            .checked_mul(to_u32(cfg.n_heads, "n_heads")?)
+            .checked_mul(
+                to_u32(cfg.n_heads, "n_heads")?.saturating_add(to_u32(n_heads2, "n_heads2")?),
+            )
             .and_then(|v| v.checked_mul(half as u32))
             .ok_or_else(|| Error::Gpu("rope: too many pairs for u32".into()))?;
         let groups = grid(pairs.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
@@ -97,9 +121,9 @@ impl Kernels {
             pos0,
             neox: u32::from(cfg.neox),
             groups_x: groups.0,
-            pad0: 0,
+            n_heads2: to_u32(n_heads2, "n_heads2")?,
         };
-        let bufs = [(0, x), (1, freqs)];
+        let bufs = [(0, x), (1, freqs), (3, x2)];
         Ok(Launch::new(KernelKey::Rope, &params, &bufs, 2, groups))
     }
 

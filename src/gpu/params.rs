@@ -69,7 +69,8 @@ pub struct RopeParams {
     pub neox: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
-    pub pad0: u32,
+    /// heads of the second buffer rotated by the same launch (0: none)
+    pub n_heads2: u32,
 }
 
 /// Uniform parameters of `shaders/swiglu.wgsl` and `shaders/add.wgsl`
@@ -165,7 +166,9 @@ pub struct AttentionParams {
     pub scale: f32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
-    pub pad0: u32,
+    /// split with one chunk: 1 also quantizes the output into qx / qd (head_dim a multiple
+    /// of 32), else 0
+    pub quant: u32,
     pub pad1: u32,
 }
 

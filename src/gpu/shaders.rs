@@ -563,7 +563,9 @@ impl KernelKey {
             KernelKey::Add => vec![ADD],
             KernelKey::AddBias => vec![ADD_BIAS],
             KernelKey::KvStore { .. } => vec![KV_STORE],
-            KernelKey::AttentionSplit { .. } => vec![reduce, KV_READ, ATTENTION_SPLIT],
+            KernelKey::AttentionSplit { .. } => {
+                vec![reduce, KV_READ, QUANTIZE_CHUNK, ATTENTION_SPLIT]
+            }
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
             KernelKey::AttentionPrefill { .. } => vec![KV_READ, ATTENTION_PREFILL],
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],

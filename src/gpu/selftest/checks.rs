@@ -5,7 +5,7 @@
 
 use kernels_ref::RefError;
 
-use super::{poisoned, prepare, run_read, Rng, Worst, U};
+use super::{poisoned, prepare, read_guarded, run_read, Rng, Worst, U};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Kernels};
@@ -349,16 +349,18 @@ pub(super) fn softmax(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Res
 
 pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
     let mut worst = Worst::new();
-    // (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, neox, grid): 64-dim heads,
-    // partial rotation, odd head counts, positions near 4000, a scaled context.
+    // (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, neox, grid, n_heads2): 64-dim
+    // heads, partial rotation, odd head counts, positions near 4000, a scaled context; the
+    // first and last also rotate a second buffer of n_heads2 heads in the same launch (the
+    // queries and keys of a decode step).
     let cases = [
         (
-            3usize, 9usize, 64usize, 64usize, 0usize, 1e4f32, 1f32, false, None,
+            3usize, 9usize, 64usize, 64usize, 0usize, 1e4f32, 1f32, false, None, 3usize,
         ),
-        (2, 7, 80, 34, 4001, 1e4, 1.0, true, None),
-        (7, 5, 128, 96, 2047, 5e5, 0.5, false, Some(6u32)),
+        (2, 7, 80, 34, 4001, 1e4, 1.0, true, None, 0),
+        (7, 5, 128, 96, 2047, 5e5, 0.5, false, Some(7u32), 2),
     ];
-    for (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, neox, grid) in cases {
+    for (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, neox, grid, n_heads2) in cases {
         if let Some(g) = grid {
             ks.max_groups_per_dim = g;
         }
@@ -370,48 +372,62 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
             freq_scale: scale,
             neox,
         };
-        let n = n_tokens * n_heads * head_dim;
-        let x = Rng(0x0a0e ^ (n * 31 + pos0) as u64).values(n, 2.0); // [n_tokens, n_heads, head_dim]
-        let mut want = x.clone();
-        for (t, tok) in want.chunks_exact_mut(n_heads * head_dim).enumerate() {
-            kernels_ref::rope(tok, n_heads, head_dim, n_rot, pos0 + t, base, scale, neox);
-        }
-        // For an element of pair (a, b) at angle theta = pos * f_i: the f32 frequency is off
-        // by u relative and pos * f_i rounds once more (2u theta); the Cody-Waite reduction
-        // adds <= 4u (pi + 1); sin/cos may be 2^-21 off on [-pi, pi]. An angle off by e moves
-        // the output by <= e (|a| + |b|), and four roundings of products and sums add
-        // 4u (|a| + |b|). Unrotated dims must be exact.
-        let tol = |j: usize| {
-            let head = j / head_dim * head_dim;
-            let dim = j % head_dim;
-            if dim >= n_rot {
-                return 0.0;
-            }
-            let half = n_rot / 2;
-            let (i, ia, ib) = if neox {
-                (dim % half, head + dim % half, head + dim % half + half)
-            } else {
-                (dim / 2, head + dim / 2 * 2, head + dim / 2 * 2 + 1)
-            };
-            let t = j / (n_heads * head_dim);
-            let f = f64::from(scale) * f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
-            let theta = (pos0 + t) as f64 * f;
-            let ab = f64::from(x[ia]).abs() + f64::from(x[ib]).abs();
-            let angle = 2.0 * U * theta
-                + 4.0 * U * (std::f64::consts::PI + 1.0)
-                + 1.0 / f64::from(1u32 << 21);
-            (angle + 4.0 * U) * ab + f64::MIN_POSITIVE
-        };
-        let xb = poisoned(ctx, "x", &x)?;
+        // [n_tokens, heads, head_dim] inputs of x (n_heads) and x2 (n_heads2)
+        let parts: Vec<(usize, Vec<f32>)> = [n_heads, n_heads2]
+            .iter()
+            .filter(|&&h| h > 0)
+            .map(|&h| {
+                let n = n_tokens * h * head_dim;
+                (h, Rng(0x0a0e ^ (n * 31 + pos0) as u64).values(n, 2.0))
+            })
+            .collect();
+        let bufs = parts
+            .iter()
+            .map(|(_, x)| poisoned(ctx, "x", x))
+            .collect::<Result<Vec<_>>>()?;
         let fb = kernels::upload_f32(ctx, "freqs", &rope_freqs(&cfg))?;
-        let d = prepare(
-            ctx,
-            ks,
-            ks.rope_launch(&xb, &fb, &cfg, n_tokens, pos0)?,
-            key,
-        )?;
-        let got = run_read(ctx, &d, &xb, n, &mut worst)?;
-        worst.add_all(&got, &want, tol);
+        let launch = if n_heads2 > 0 {
+            ks.rope_pair_launch(&bufs[0], &bufs[1], n_heads2, &fb, &cfg, n_tokens, pos0)?
+        } else {
+            ks.rope_launch(&bufs[0], &fb, &cfg, n_tokens, pos0)?
+        };
+        let d = prepare(ctx, ks, launch, key)?;
+        kernels::run(ctx, &[&d])?;
+        for ((h, x), b) in parts.iter().zip(&bufs) {
+            let h = *h;
+            let mut want = x.clone();
+            for (t, tok) in want.chunks_exact_mut(h * head_dim).enumerate() {
+                kernels_ref::rope(tok, h, head_dim, n_rot, pos0 + t, base, scale, neox);
+            }
+            // For an element of pair (a, b) at angle theta = pos * f_i: the f32 frequency is
+            // off by u relative and pos * f_i rounds once more (2u theta); the Cody-Waite
+            // reduction adds <= 4u (pi + 1); sin/cos may be 2^-21 off on [-pi, pi]. An angle
+            // off by e moves the output by <= e (|a| + |b|), and four roundings of products
+            // and sums add 4u (|a| + |b|). Unrotated dims must be exact.
+            let tol = |j: usize| {
+                let head = j / head_dim * head_dim;
+                let dim = j % head_dim;
+                if dim >= n_rot {
+                    return 0.0;
+                }
+                let half = n_rot / 2;
+                let (i, ia, ib) = if neox {
+                    (dim % half, head + dim % half, head + dim % half + half)
+                } else {
+                    (dim / 2, head + dim / 2 * 2, head + dim / 2 * 2 + 1)
+                };
+                let t = j / (h * head_dim);
+                let f = f64::from(scale) * f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
+                let theta = (pos0 + t) as f64 * f;
+                let ab = f64::from(x[ia]).abs() + f64::from(x[ib]).abs();
+                let angle = 2.0 * U * theta
+                    + 4.0 * U * (std::f64::consts::PI + 1.0)
+                    + 1.0 / f64::from(1u32 << 21);
+                (angle + 4.0 * U) * ab + f64::MIN_POSITIVE
+            };
+            let got = read_guarded(ctx, b, x.len(), &mut worst)?;
+            worst.add_all(&got, &want, tol);
+        }
     }
     Ok(worst)
 }

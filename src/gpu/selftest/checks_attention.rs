@@ -7,11 +7,15 @@
 //! on their dequantized values (the kernels decode exactly), and the store must write
 //! kernels-ref's bytes.
 
+use super::checks_fused::check_quantized;
 use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
 use crate::error::Result;
-use crate::gpu::attention::{split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK};
+use crate::gpu::attention::{
+    split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK, SPLIT_MAX_TOKENS,
+};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Dispatch, Kernels};
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::shaders::KernelKey;
 use crate::kv_type::{KvType, KvTypes};
 
@@ -206,14 +210,45 @@ impl Problem {
         let scratch_len = split_scratch_len(cfg, n, ATTENTION_CHUNK as usize);
         // [n, n_head, n_chunks, hd + 4]: NaN until the split kernel writes it.
         let scratch = kernels::upload_f32(ctx, "scratch", &vec![f32::NAN; scratch_len])?;
+        // The split path's output quantized as quantize_act would (`[n, q_dim / 4]` words,
+        // `[n, q_dim / 32]` vec4), NaN until written.
+        let q_dim = cfg.n_head * cfg.head_dim;
+        let qx = poisoned(ctx, "qx", &vec![f32::NAN; qx_words(n, q_dim)])?;
+        let qd = poisoned(ctx, "qd", &vec![f32::NAN; qd_vec4s(n, q_dim) * 4])?;
+        let split = path == AttentionPath::Split;
+        if split && n > SPLIT_MAX_TOKENS {
+            // attention_launches_quant would take the prefill path.
+            worst.fail();
+        }
         let plan = |ks: &Kernels| {
-            ks.attention_launches_with(path, &q, &k_cache, &v_cache, &scratch, &out, cfg, n, pos0)
+            if split {
+                ks.attention_launches_quant(
+                    &q,
+                    &k_cache,
+                    &v_cache,
+                    &scratch,
+                    &out,
+                    Some((&qx, &qd)),
+                    cfg,
+                    n,
+                    pos0,
+                )
+            } else {
+                let l = ks.attention_launches_with(
+                    path, &q, &k_cache, &v_cache, &scratch, &out, cfg, n, pos0,
+                )?;
+                Ok((l, false))
+            }
         };
         if grid {
-            ks.max_groups_per_dim = small_grid(&plan(ks)?)?;
+            ks.max_groups_per_dim = small_grid(&plan(ks)?.0)?;
         }
-        let launches = plan(ks)?;
-        if launches.len() != keys.len() {
+        let (launches, quantized) = plan(ks)?;
+        // The split path skips its combine launch when one chunk holds the context, and then
+        // quantizes its output when a head is whole chunks of 32.
+        let one_chunk = split && pos0 + n <= ATTENTION_CHUNK as usize;
+        let keys = if one_chunk { &keys[..1] } else { keys };
+        if launches.len() != keys.len() || quantized != (one_chunk && cfg.head_dim % 32 == 0) {
             worst.fail();
         }
         let ds = launches
@@ -224,6 +259,9 @@ impl Problem {
         kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
         let got = read_guarded(ctx, &out, self.q.len(), worst)?;
         worst.add_all(&got, &self.want, |i| self.tol[i]);
+        if quantized {
+            check_quantized(ctx, &qx, &qd, &got, n, q_dim, worst)?;
+        }
         Ok(())
     }
 }
@@ -261,13 +299,15 @@ pub(super) fn split_pair(
     kv: KvTypes,
 ) -> Result<Worst> {
     let c = ATTENTION_CHUNK as usize;
-    // GQA decode on a short context (one partial chunk); 128-dim heads whose three queries
+    // GQA decode on a short context (one partial chunk: the split pass alone writes the
+    // output), also with four queries on the small grid; 128-dim heads whose three queries
     // end just before, at and just after a chunk boundary (the first query's last chunk is
     // empty); 256-dim heads (the largest) with a one-key last chunk; and on the small grid
     // 80-dim heads (not a power of two) over two chunks (96-dim ones for the block types,
     // whose heads are whole blocks).
     let cases = [
         (9, 3, 64, 1, 37, false),
+        (6, 2, 64, 4, c - 4, true),
         (4, 2, 128, 3, 2 * c - 2, false),
         (2, 1, 256, 1, c, false),
         (5, 1, 80, 2, 300, true),

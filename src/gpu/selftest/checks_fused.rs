@@ -15,7 +15,7 @@ use crate::gpu::shaders::KernelKey;
 /// Reads the quantized `qx` / `qd` of `n_rows` rows of `cols` and demands exactly what the
 /// CPU's quantizer makes of `x` (the kernel's own f32 output).
 #[allow(clippy::too_many_arguments)]
-fn check_quantized(
+pub(super) fn check_quantized(
     ctx: &GpuContext,
     qxb: &wgpu::Buffer,
     qdb: &wgpu::Buffer,
