@@ -2,11 +2,8 @@
 // (same bindings, parameters, grid and per-token result, bit for bit) tuned for batches.
 // Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path and a
 // matvec_q8_out/*.wgsl fragment (`fn store_y`).
-// group = wid.x + wid.y * groups_x = tile * row_groups + rg: each invocation computes 4
-// weight rows, rg * 4 * WG + lid + j * WG (j < 4), for the 8 tokens of tile `tile`; no
-// workgroup memory or barrier. Why a workgroup per token tile: a launch of the 576-row
-// matrices has only 3 row groups, too few to keep lavapipe's threads busy; the tiles re-read
-// the weights once per 8 tokens either way, so splitting them over workgroups costs no loads.
+// group = wid.x + wid.y * groups_x; each invocation computes 4 weight rows,
+// group * 4 * WG + lid + j * WG (j < 4), for tiles of 8 tokens; no workgroup memory or barrier.
 // Why a register tile: llvmpipe (lavapipe) loads a storage buffer element per SIMD lane in a
 // loop with a bounds check per lane, even when every lane reads the same address (it only
 // broadcasts uniform loads outside control flow), so each u32 loaded costs tens of
@@ -77,10 +74,8 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let group = wid.x + wid.y * P.groups_x;
-    let n = min(P.n_tokens, MAX_TOKENS);
-    let t0 = (group / P.row_groups) * 8u;
-    let row = (group % P.row_groups) * 4u * WG + lid;
-    if (t0 >= n || row >= P.rows) {
+    let row = group * 4u * WG + lid;
+    if (group >= P.row_groups || row >= P.rows) {
         return;
     }
     // Weight rows of the four (rows past the matrix read its last row; not stored).
@@ -90,59 +85,62 @@ fn main(
     let w2 = min(w0 + 2u * WG, last_row);
     let w3 = min(w0 + 3u * WG, last_row);
     let bpr = P.blocks_per_row;
-    // A last partial tile recomputes token n - 1 in its surplus slots (valid reads, the
-    // results are not stored): one loop body for every tile.
-    let last = n - 1u;
-    let i0 = t0 * bpr;
-    let i1 = min(t0 + 1u, last) * bpr;
-    let i2 = min(t0 + 2u, last) * bpr;
-    let i3 = min(t0 + 3u, last) * bpr;
-    let i4 = min(t0 + 4u, last) * bpr;
-    let i5 = min(t0 + 5u, last) * bpr;
-    let i6 = min(t0 + 6u, last) * bpr;
-    let i7 = min(t0 + 7u, last) * bpr;
-    var a0 = vec4<f32>(0.0);
-    var a1 = vec4<f32>(0.0);
-    var a2 = vec4<f32>(0.0);
-    var a3 = vec4<f32>(0.0);
-    var a4 = vec4<f32>(0.0);
-    var a5 = vec4<f32>(0.0);
-    var a6 = vec4<f32>(0.0);
-    var a7 = vec4<f32>(0.0);
-    for (var b = 0u; b < bpr; b++) {
-        let c0 = dq_chunk(w0, b, P.cols);
-        let c1 = dq_chunk(w1, b, P.cols);
-        let c2 = dq_chunk(w2, b, P.cols);
-        let c3 = dq_chunk(w3, b, P.cols);
-        a0 += tok4(c0, c1, c2, c3, i0 + b);
-        a1 += tok4(c0, c1, c2, c3, i1 + b);
-        a2 += tok4(c0, c1, c2, c3, i2 + b);
-        a3 += tok4(c0, c1, c2, c3, i3 + b);
-        a4 += tok4(c0, c1, c2, c3, i4 + b);
-        a5 += tok4(c0, c1, c2, c3, i5 + b);
-        a6 += tok4(c0, c1, c2, c3, i6 + b);
-        a7 += tok4(c0, c1, c2, c3, i7 + b);
-    }
-    store4(t0, row, a0);
-    if (t0 + 1u < n) {
-        store4(t0 + 1u, row, a1);
-    }
-    if (t0 + 2u < n) {
-        store4(t0 + 2u, row, a2);
-    }
-    if (t0 + 3u < n) {
-        store4(t0 + 3u, row, a3);
-    }
-    if (t0 + 4u < n) {
-        store4(t0 + 4u, row, a4);
-    }
-    if (t0 + 5u < n) {
-        store4(t0 + 5u, row, a5);
-    }
-    if (t0 + 6u < n) {
-        store4(t0 + 6u, row, a6);
-    }
-    if (t0 + 7u < n) {
-        store4(t0 + 7u, row, a7);
+    let n = min(P.n_tokens, MAX_TOKENS);
+    for (var t0 = 0u; t0 < n; t0 += 8u) {
+        // A last partial tile recomputes token n - 1 in its surplus slots (valid reads, the
+        // results are not stored): one loop body for every tile.
+        let last = n - 1u;
+        let i0 = t0 * bpr;
+        let i1 = min(t0 + 1u, last) * bpr;
+        let i2 = min(t0 + 2u, last) * bpr;
+        let i3 = min(t0 + 3u, last) * bpr;
+        let i4 = min(t0 + 4u, last) * bpr;
+        let i5 = min(t0 + 5u, last) * bpr;
+        let i6 = min(t0 + 6u, last) * bpr;
+        let i7 = min(t0 + 7u, last) * bpr;
+        var a0 = vec4<f32>(0.0);
+        var a1 = vec4<f32>(0.0);
+        var a2 = vec4<f32>(0.0);
+        var a3 = vec4<f32>(0.0);
+        var a4 = vec4<f32>(0.0);
+        var a5 = vec4<f32>(0.0);
+        var a6 = vec4<f32>(0.0);
+        var a7 = vec4<f32>(0.0);
+        for (var b = 0u; b < bpr; b++) {
+            let c0 = dq_chunk(w0, b, P.cols);
+            let c1 = dq_chunk(w1, b, P.cols);
+            let c2 = dq_chunk(w2, b, P.cols);
+            let c3 = dq_chunk(w3, b, P.cols);
+            a0 += tok4(c0, c1, c2, c3, i0 + b);
+            a1 += tok4(c0, c1, c2, c3, i1 + b);
+            a2 += tok4(c0, c1, c2, c3, i2 + b);
+            a3 += tok4(c0, c1, c2, c3, i3 + b);
+            a4 += tok4(c0, c1, c2, c3, i4 + b);
+            a5 += tok4(c0, c1, c2, c3, i5 + b);
+            a6 += tok4(c0, c1, c2, c3, i6 + b);
+            a7 += tok4(c0, c1, c2, c3, i7 + b);
+        }
+        store4(t0, row, a0);
+        if (t0 + 1u < n) {
+            store4(t0 + 1u, row, a1);
+        }
+        if (t0 + 2u < n) {
+            store4(t0 + 2u, row, a2);
+        }
+        if (t0 + 3u < n) {
+            store4(t0 + 3u, row, a3);
+        }
+        if (t0 + 4u < n) {
+            store4(t0 + 4u, row, a4);
+        }
+        if (t0 + 5u < n) {
+            store4(t0 + 5u, row, a5);
+        }
+        if (t0 + 6u < n) {
+            store4(t0 + 6u, row, a6);
+        }
+        if (t0 + 7u < n) {
+            store4(t0 + 7u, row, a7);
+        }
     }
 }

@@ -21,8 +21,7 @@ struct MatvecQ8Params {
     y_stride: u32,
     // first row of y this matrix writes (a matrix split by rows across bindings)
     row_offset: u32,
-    // workgroups per token range: ceil(rows / (rows per workgroup)); the matmul launches
-    // this many per tile of 8 tokens
+    // ceil(rows / (rows per workgroup)): the workgroups of the launch
     row_groups: u32,
     // first row of the weight buffers this launch reads (a row range of a fused matrix)
     w_row0: u32,

@@ -40,8 +40,6 @@ const MATMUL_Q8_ROWS_PER_INVOCATION: u32 = 4;
 /// Fewest tokens that take `shaders/matmul_q8_rows.wgsl` on CPU-like adapters: one tile of 8
 /// (fewer would compute the tile's surplus slots for nothing).
 pub const MATMUL_Q8_ROWS_MIN_TOKENS: usize = 8;
-/// Tokens per workgroup of `shaders/matmul_q8_rows.wgsl` (its tile: eight vec4 accumulators).
-const MATMUL_Q8_ROWS_TILE: u32 = 8;
 
 /// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
 /// f32 matvec, as on the CPU.
@@ -256,16 +254,13 @@ impl Kernels {
         let row_groups = rows.div_ceil(per_group);
         let n_t = to_u32(n_tokens, "n_tokens")?;
         // The row layout loops over the tokens inside each invocation (all of a launch's
-        // tokens share one decode of each weight chunk); the other has a workgroup per token,
-        // and the prefill matmul one per tile of MATMUL_Q8_ROWS_TILE tokens.
+        // tokens share one decode of each weight chunk); the other has a workgroup per token.
         if self.matvec_rows && n_tokens > MATVEC_Q8_ROWS_MAX_TOKENS {
             return Err(Error::Gpu(format!(
                 "{what}: {n_tokens} tokens in one launch (at most {MATVEC_Q8_ROWS_MAX_TOKENS})"
             )));
         }
-        let total = if prefill {
-            row_groups.checked_mul(n_t.div_ceil(MATMUL_Q8_ROWS_TILE))
-        } else if self.matvec_rows {
+        let total = if self.matvec_rows {
             Some(row_groups)
         } else {
             row_groups.checked_mul(n_t)
