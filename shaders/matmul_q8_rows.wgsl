@@ -14,40 +14,7 @@
 // The accumulators are named vec4s (one per token, a component per row), never an array
 // indexed at run time (llvmpipe keeps those in scratch memory).
 
-override WG: u32 = 64u;
-// Tokens per launch (the host splits larger batches).
-const MAX_TOKENS: u32 = 64u;
-
-struct MatvecQ8Params {
-    rows: u32,
-    cols: u32,
-    // cols / 32: chunks per row
-    blocks_per_row: u32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    n_tokens: u32,
-    // row length of y (>= row_offset + rows)
-    y_stride: u32,
-    // first row of y this matrix writes (a matrix split by rows across bindings)
-    row_offset: u32,
-    // ceil(rows / (4 * WG)): the workgroups of the launch
-    row_groups: u32,
-    // first row of the weight buffers this launch reads (a row range of a fused matrix)
-    w_row0: u32,
-    // split outputs (matvec_q8_out/split*.wgsl): rows below split1 go to y, below split2 to
-    // y1, the rest to y2 (global row = row_offset + row)
-    split1: u32,
-    split2: u32,
-    pad0: u32,
-}
-
-// [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
-@group(0) @binding(2) var<storage, read> qx: array<u32>;
-// [n_tokens, cols / 32]: (d, d * Σq half 0, d * Σq half 1, d * Σq)
-@group(0) @binding(3) var<storage, read> qd: array<vec4<f32>>;
-// y (binding 4 and, for split outputs, 6 and 7) and `fn store_y(t, row, v)` come from a
-// matvec_q8_out/*.wgsl fragment.
-@group(0) @binding(5) var<uniform> P: MatvecQ8Params;
+// WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
 
 // Chunk `ch` dotted with one token's chunk (codes x0..x7, scales xd = (d, d Σq half 0,
 // d Σq half 1)): matvec_q8_rows.wgsl's `chunk_dot` (exact i32 half sums, then the same f32

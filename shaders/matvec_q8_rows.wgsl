@@ -1,7 +1,8 @@
 // Batched decode matvec over 8-bit activations, one invocation per output row: the
 // barrier-free twin of matvec_q8.wgsl for CPU-like adapters (see matvec_rows.wgsl), with the
 // same integer chunk arithmetic and operation order as the CPU (src/cpu/scalar.rs `dot_q_row`).
-// Composed after quant/chunk.wgsl and a quant/*.wgsl fragment with an integer path.
+// Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path and
+// q8_rows/header.wgsl.
 // group = wid.x + wid.y * groups_x; each invocation computes P.rows_per_inv consecutive rows
 // from (group * WG + lid) * rows_per_inv for every token (up to MAX_TOKENS). Batches of 4 or
 // more tokens: one row, in tiles of 4 tokens that share each decoded weight chunk, then the
@@ -16,44 +17,10 @@
 // lane on every chunk; the scalars stay in registers (~2-3x decode on lavapipe, PERFLOG
 // 2026-12-01).
 
-override WG: u32 = 64u;
-// Tokens per launch (the host splits larger batches).
-const MAX_TOKENS: u32 = 64u;
+// WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
 // Rows per invocation for fewer than 4 tokens (MATVEC_Q8_ROWS_PER_INVOCATION in
 // src/gpu/q8act.rs); P.rows_per_inv is ROWS or 1.
 const ROWS: u32 = 4u;
-
-struct MatvecQ8Params {
-    rows: u32,
-    cols: u32,
-    // cols / 32: chunks per row
-    blocks_per_row: u32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    n_tokens: u32,
-    // row length of y (>= row_offset + rows)
-    y_stride: u32,
-    // first row of y this matrix writes (a matrix split by rows across bindings)
-    row_offset: u32,
-    // ceil(rows / WG): the workgroups of the launch
-    row_groups: u32,
-    // first row of the weight buffers this launch reads (a row range of a fused matrix)
-    w_row0: u32,
-    // split outputs (matvec_q8_out/split*.wgsl): rows below split1 go to y, below split2 to
-    // y1, the rest to y2 (global row = row_offset + row)
-    split1: u32,
-    split2: u32,
-    // rows per invocation: ROWS for fewer than 4 tokens, else 1 (see main)
-    rows_per_inv: u32,
-}
-
-// [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
-@group(0) @binding(2) var<storage, read> qx: array<u32>;
-// [n_tokens, cols / 32]: (d, d * Σq half 0, d * Σq half 1, d * Σq)
-@group(0) @binding(3) var<storage, read> qd: array<vec4<f32>>;
-// y (binding 4 and, for split outputs, 6 and 7) and `fn store_y(t, row, v)` come from a
-// matvec_q8_out/*.wgsl fragment: plain store, accumulate or split by rows.
-@group(0) @binding(5) var<uniform> P: MatvecQ8Params;
 
 // Chunk `ch` (chunk b of a row) dotted with chunk ci = t * blocks_per_row + b of qx/qd: the
 // integer chunk sums and f32 operation order of the CPU (src/cpu/scalar.rs `dot_q_row`).

@@ -135,7 +135,7 @@ fn smoke_json_schema_checks_and_plot() {
             assert_eq!(r["ok"], Value::Bool(true), "correctness check failed: {r}");
             n_results += 1;
         }
-        for k in ["matvec", "matvec_q8", "matmul"] {
+        for k in ["matvec", "matvec_q8", "matmul", "matmul_q8_rows"] {
             assert!(variants.contains(k), "no {k} variant: {variants:?}");
         }
         for f in ["Q4_0", "Q4_1", "Q8_0", "Q4_K", "Q6_K", "F16"] {

@@ -14,6 +14,7 @@ use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_
 use crate::gpu::shaders::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
+use crate::gpu::variants;
 
 /// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
 pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
@@ -226,11 +227,23 @@ impl Kernels {
         to_u32(w_row0.saturating_add(w.rows), "matvec_q8 weight rows")?;
         let rows_per_inv = matvec_q8_rows_per_invocation(n_tokens);
         // Batches of several tile widths on CPU-like adapters take the prefill matmul (4 rows
-        // per invocation), unless it failed its selftest here.
-        let prefill_key = KernelKey::MatmulQ8Rows { ty: w.ty, out };
-        let prefill = self.matvec_rows
-            && n_tokens >= MATMUL_Q8_ROWS_MIN_TOKENS
-            && !self.unavailable.contains(&prefill_key);
+        // per invocation), or the kernel `variants::launch_fallback` names for it where it
+        // failed its selftest here.
+        let row_key = if self.matvec_rows && n_tokens >= MATMUL_Q8_ROWS_MIN_TOKENS {
+            let k = KernelKey::MatmulQ8Rows { ty: w.ty, out };
+            if self.unavailable.contains(&k) {
+                variants::launch_fallback(k)
+                    .ok_or_else(|| Error::Gpu(format!("{what}: {} is unusable here", k.label())))?
+            } else {
+                k
+            }
+        } else {
+            match out {
+                None => KernelKey::MatvecQ8Rows { ty: w.ty },
+                Some(out) => KernelKey::MatvecQ8RowsOut { ty: w.ty, out },
+            }
+        };
+        let prefill = matches!(row_key, KernelKey::MatmulQ8Rows { .. });
         let per_group = if prefill {
             MATMUL_Q8_ROWS_PER_INVOCATION * self.workgroup_size
         } else if self.matvec_rows {
@@ -268,15 +281,13 @@ impl Kernels {
             split2: to_u32(splits[1], "split2")?,
             rows_per_inv,
         };
-        let key = match (self.matvec_rows, out) {
-            _ if prefill => prefill_key,
-            (true, None) => KernelKey::MatvecQ8Rows { ty: w.ty },
-            (true, Some(out)) => KernelKey::MatvecQ8RowsOut { ty: w.ty, out },
-            (false, None) => KernelKey::MatvecQ8 {
+        let key = match out {
+            _ if self.matvec_rows => row_key,
+            None => KernelKey::MatvecQ8 {
                 ty: w.ty,
                 subgroup: self.subgroup,
             },
-            (false, Some(out)) => KernelKey::MatvecQ8Out {
+            Some(out) => KernelKey::MatvecQ8Out {
                 ty: w.ty,
                 subgroup: self.subgroup,
                 out,

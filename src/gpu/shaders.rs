@@ -48,6 +48,8 @@ const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+// Head shared by the two row-layout integer kernels (parameters and activation bindings).
+const Q8_ROWS_HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
 const MATMUL_Q8_ROWS: &str = include_str!("../../shaders/matmul_q8_rows.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
@@ -573,15 +575,23 @@ impl KernelKey {
             KernelKey::MatvecQ8 { ty, .. } => {
                 vec![reduce, ty.fragment(), MATVEC_Q8, Q8_OUT_STORE]
             }
-            KernelKey::MatvecQ8Rows { ty } => vec![ty.fragment(), MATVEC_Q8_ROWS, Q8_OUT_STORE],
+            KernelKey::MatvecQ8Rows { ty } => {
+                vec![ty.fragment(), Q8_ROWS_HEADER, MATVEC_Q8_ROWS, Q8_OUT_STORE]
+            }
             KernelKey::MatvecQ8Out { ty, out, .. } => {
                 vec![reduce, ty.fragment(), MATVEC_Q8, out.fragment()]
             }
             KernelKey::MatvecQ8RowsOut { ty, out } => {
-                vec![ty.fragment(), MATVEC_Q8_ROWS, out.fragment()]
+                vec![
+                    ty.fragment(),
+                    Q8_ROWS_HEADER,
+                    MATVEC_Q8_ROWS,
+                    out.fragment(),
+                ]
             }
             KernelKey::MatmulQ8Rows { ty, out } => vec![
                 ty.fragment(),
+                Q8_ROWS_HEADER,
                 MATMUL_Q8_ROWS,
                 out.map_or(Q8_OUT_STORE, MatvecOut::fragment),
             ],

@@ -337,6 +337,16 @@ fn matvec_q8_matches_the_cpu_on_random_weights() {
             n_tokens,
             &wants,
         );
+        // The prefill matmul on a 2-D grid (row layout, 8+ tokens): 600 rows = 3 groups of
+        // 4 * 64 rows on a 2 x 2 grid (1 surplus), 3 tiles of 8 tokens (the last partial).
+        let (rows, cols, n_tokens) = (600, 64, 17);
+        let data = kernels_ref::quantize(ty.ggml(), &rng.values(rows * cols, 2.0)).unwrap();
+        let x = activations(0x78, n_tokens, cols);
+        let cpu = cpu_matmuls(ty, &data, rows, cols, &x, n_tokens);
+        let wants = references(ty, &data, rows, cols, &x, n_tokens, cpu);
+        let mut k = small_grid(&ctx, 2);
+        k.matvec_rows = true;
+        check_q8(&ctx, &[k], ty, &data, rows, cols, &x, n_tokens, &wants);
     }
     eprintln!("random weights: max |gpu - cpu| / output range = {worst:.3e}");
 }

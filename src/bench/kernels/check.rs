@@ -26,10 +26,10 @@ pub struct Reference {
     /// Token 0, `[rows]`: `sum_c e_f16(w) |x|`, the native-f16 decoding error bound (None for
     /// formats without an f16 variant).
     pub f16_dec: Option<Vec<f64>>,
-    /// Token 0, `[rows]`, formats with the integer path: (`S`, `Q`) with
+    /// Per checked token, `[rows]`, formats with the integer path: (`S`, `Q`) with
     /// `S = sum_c (|w| + 2|c_blk|) (|x| + d_x)` (the selftest's matvec_q8 rounding bound) and
     /// `Q = sum_c |w| d_x / 2` (the activation quantization error: `|x - d_x q| <= d_x / 2`).
-    pub q8: Option<(Vec<f64>, Vec<f64>)>,
+    pub q8: Option<Vec<(Vec<f64>, Vec<f64>)>>,
 }
 
 impl Reference {
@@ -92,23 +92,31 @@ impl Reference {
             None
         };
         let q8 = if ty.has_q8_path() && cols.is_multiple_of(32) {
-            let mut qa = QAct::default();
-            qa.quantize_scalar(x0, 1, cols);
-            let (mut s, mut q) = (vec![0.0; rows], vec![0.0; rows]);
-            for r in 0..rows {
-                for c in 0..cols {
-                    let dx = f64::from(qa.d[c / 32]);
-                    let w = f64::from(wd[r * cols + c]).abs();
-                    let off = crate::gpu::selftest::checks_q8::block_offset(
-                        ty,
-                        data,
-                        (r * cols + c) / 32,
-                    );
-                    s[r] += (w + 2.0 * off) * (f64::from(x0[c]).abs() + dx);
-                    q[r] += w * dx / 2.0;
+            let bounds = |xt: &[f32]| {
+                let mut qa = QAct::default();
+                qa.quantize_scalar(xt, 1, cols);
+                let (mut s, mut q) = (vec![0.0; rows], vec![0.0; rows]);
+                for r in 0..rows {
+                    for c in 0..cols {
+                        let dx = f64::from(qa.d[c / 32]);
+                        let w = f64::from(wd[r * cols + c]).abs();
+                        let off = crate::gpu::selftest::checks_q8::block_offset(
+                            ty,
+                            data,
+                            (r * cols + c) / 32,
+                        );
+                        s[r] += (w + 2.0 * off) * (f64::from(xt[c]).abs() + dx);
+                        q[r] += w * dx / 2.0;
+                    }
                 }
-            }
-            Some((s, q))
+                (s, q)
+            };
+            Some(
+                tokens
+                    .iter()
+                    .map(|&t| bounds(&x[t * cols..(t + 1) * cols]))
+                    .collect(),
+            )
         } else {
             None
         };
@@ -136,7 +144,9 @@ impl Reference {
             KernelKey::Matvec { f16: true, .. } => {
                 base * (1.0 + 2.0 * F16_ULP) + self.f16_dec.as_ref().map_or(f64::INFINITY, |d| d[r])
             }
-            KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Rows { .. } => match &self.q8 {
+            KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatmulQ8Rows { .. } => match self.q8.as_ref().and_then(|b| b.get(i)) {
                 Some((s, q)) => 2.0 * ((cols / 32) as f64 + 8.0) * U * s[r] + q[r],
                 None => f64::INFINITY,
             },

@@ -6,8 +6,9 @@
 //! selftest names them, [`crate::gpu::selftest::names`], minus the format): the f32-activation
 //! matvec (`matvec workgroup|subgroup [f16]`, `matvec_rows` one row per invocation), the
 //! 8-bit-activation decode path (`matvec_q8 workgroup|subgroup`, `matvec_q8_rows`, each timed
-//! together with its `quantize_act`), and the tiled prefill `matmul` over [`PREFILL_TOKENS`]
-//! tokens. A variant the adapter cannot run (no SUBGROUP, no SHADER_F16) is not listed.
+//! together with its `quantize_act`), and the prefill kernels over [`PREFILL_TOKENS`] tokens:
+//! the tiled `matmul` and, on the 8-bit path, `matmul_q8_rows` (with its `quantize_act` of the
+//! tokens; the CPU-like adapters' prefill matmul, plain-store output). A variant the adapter cannot run (no SUBGROUP, no SHADER_F16) is not listed.
 //!
 //! Timing ([`timing`]): each repetition records `k` back-to-back calls into one submission
 //! (`k` sized after a warm-up so it lasts about [`timing::TARGET_SUBMIT_S`]); with
@@ -143,6 +144,7 @@ pub fn variant_name(key: &KernelKey) -> Option<String> {
         | KernelKey::MatvecRows { .. }
         | KernelKey::MatvecQ8 { .. }
         | KernelKey::MatvecQ8Rows { .. }
+        | KernelKey::MatmulQ8Rows { out: None, .. }
         | KernelKey::Matmul { .. } => {
             let (kernel, variant) = selftest::names(key);
             Some(match variant.split_once(' ') {
@@ -161,8 +163,21 @@ fn key_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecRows { ty }
         | KernelKey::MatvecQ8 { ty, .. }
         | KernelKey::MatvecQ8Rows { ty }
+        | KernelKey::MatmulQ8Rows { ty, out: None }
         | KernelKey::Matmul { ty } => Some(ty),
         _ => None,
+    }
+}
+
+/// Tokens `key` is timed over: [`PREFILL_TOKENS`] for the prefill matmuls, else 1.
+fn prefill_tokens(key: &KernelKey) -> usize {
+    if matches!(
+        key,
+        KernelKey::Matmul { .. } | KernelKey::MatmulQ8Rows { .. }
+    ) {
+        PREFILL_TOKENS
+    } else {
+        1
     }
 }
 
@@ -362,25 +377,25 @@ fn bench_matrix(
     };
     drop(packed);
     let xb = upload("x", &x)?; // [n, cols]
-    let qx = kernels::upload_u32(ctx, "qx", &vec![0; qx_words(1, cols).max(1)])?;
-    let qd = upload("qd", &vec![0.0; 4 * qd_vec4s(1, cols).max(1)])?;
+                               // [n, cols / 4] codes and [n, cols / 32] scales: the prefill matmul quantizes every token,
+                               // the matvecs token 0.
+    let qx = kernels::upload_u32(ctx, "qx", &vec![0; qx_words(n, cols).max(1)])?;
+    let qd = upload("qd", &vec![0.0; 4 * qd_vec4s(n, cols).max(1)])?;
     let weight_bytes = m.quants.size() + m.scales.as_ref().map_or(0, |s| s.size());
     let mut out = Vec::new();
     for key in keys {
         let (timed, got) = bench_variant(a, opts, &m, key, &xb, &qx, &qd, &reference)?;
         let secs = timed.secs;
-        let tokens = if matches!(key, KernelKey::Matmul { .. }) {
-            n
-        } else {
-            1
-        };
+        let tokens = prefill_tokens(&key);
         let act = (cols as u64 + rows as u64) * 4 * tokens as u64;
         let q8_extra = if matches!(
             key,
-            KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Rows { .. }
+            KernelKey::MatvecQ8 { .. }
+                | KernelKey::MatvecQ8Rows { .. }
+                | KernelKey::MatmulQ8Rows { .. }
         ) {
             // quantize_act writes, and the matvec reads, int8 codes and 16-byte chunk scales.
-            2 * (cols as u64 + qd_vec4s(1, cols) as u64 * 16)
+            2 * (cols as u64 + qd_vec4s(1, cols) as u64 * 16) * tokens as u64
         } else {
             0
         };
@@ -434,30 +449,30 @@ fn bench_variant(
     let ks = kernel_set(ctx, sets, &key)?;
     ks.matvec_rows = matches!(
         key,
-        KernelKey::MatvecRows { .. } | KernelKey::MatvecQ8Rows { .. }
+        KernelKey::MatvecRows { .. }
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatmulQ8Rows { .. }
     );
     let ks: &Kernels = ks;
     let ctx: &GpuContext = ctx;
     // [n, rows] for the matmul (every token written), [rows] otherwise; NaN until written, so
     // a kernel that writes nothing fails its check.
-    let written = if matches!(key, KernelKey::Matmul { .. }) {
-        n
-    } else {
-        1
-    };
+    let written = prefill_tokens(&key);
     let yb = &kernels::upload_f32(ctx, "y", &vec![f32::NAN; written * rows])?;
     let mut launches = Vec::new();
     if matches!(
         key,
-        KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Rows { .. }
+        KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatmulQ8Rows { .. }
     ) {
-        launches.push(ks.quantize_act_launch(xb, qx, qd, 1, cols)?);
+        launches.push(ks.quantize_act_launch(xb, qx, qd, written, cols)?);
     }
     let launch = match key {
         KernelKey::Matmul { .. } => ks.matmul_launch(m, xb, yb, n, rows, 0)?,
-        KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Rows { .. } => {
-            ks.matvec_q8_launch(m, qx, qd, yb, 1, rows, 0)?
-        }
+        KernelKey::MatvecQ8 { .. }
+        | KernelKey::MatvecQ8Rows { .. }
+        | KernelKey::MatmulQ8Rows { .. } => ks.matvec_q8_launch(m, qx, qd, yb, written, rows, 0)?,
         _ => ks.matvec_launch(m, xb, yb)?,
     };
     if launch.key != key {
@@ -499,7 +514,8 @@ mod tests {
                             "matvec_rows",
                             "matvec_q8",
                             "matvec_q8_rows",
-                            "matmul"
+                            "matmul",
+                            "matmul_q8_rows"
                         ]
                         .contains(&kernel),
                         "{v}"
@@ -520,6 +536,7 @@ mod tests {
             "matvec_q8 subgroup",
             "matvec_q8_rows",
             "matmul",
+            "matmul_q8_rows",
         ] {
             assert!(names.contains(v), "{v}: {names:?}");
         }
