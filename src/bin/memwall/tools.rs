@@ -33,6 +33,9 @@ pub(crate) struct BenchArgs {
     /// Keep matmul activations in f32.
     #[arg(long)]
     f32_activations: bool,
+    /// Do not pack the CPU's weights at load (see `run --no-repack`).
+    #[arg(long)]
+    no_repack: bool,
     #[command(flatten)]
     cache: CacheTypeArgs,
     /// Only measure each device's memory bandwidth (no model).
@@ -217,6 +220,7 @@ pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         probe: !a.no_probe,
         probe_bytes: a.probe_mib.saturating_mul(1 << 20),
         f32_activations: a.f32_activations,
+        no_repack: a.no_repack,
         cache_type_k: a.cache.k,
         cache_type_v: a.cache.v,
         ..Default::default()
