@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use memwall::cpu::{self, Isa, MatmulScratch, WeightView};
+use memwall::cpu::{self, Isa, MatmulScratch, PackedWeight, WeightView};
 use memwall::GgmlType;
 
 /// xorshift64*, seeded.
@@ -210,21 +210,37 @@ fn real_model() {
     let flops: usize = mats.iter().map(|w| 2 * w.rows * w.cols).sum();
     let max_cols = mats.iter().map(|w| w.cols).max().unwrap_or(0);
     let max_rows = mats.iter().map(|w| w.rows).max().unwrap_or(0);
+    // The same matrices packed once as `Model::load` packs them (none where the ISA has no
+    // packed layout): timed beside the per-call path.
+    let packed: Vec<Option<PackedWeight>> = mats
+        .iter()
+        .map(|w| PackedWeight::pack(Isa::best(), w).expect("pack"))
+        .collect();
+    let with_packed: Vec<WeightView> = mats
+        .iter()
+        .zip(&packed)
+        .map(|(w, p)| p.as_ref().map_or(*w, |p| w.with_packed(p).expect("packed")))
+        .collect();
     let mut s = MatmulScratch::default();
-    for n in [1usize, 128] {
+    for (n, what, mats) in [
+        (1usize, "per call", &mats),
+        (1, "packed", &with_packed),
+        (128, "per call", &mats),
+        (128, "packed", &with_packed),
+    ] {
         let x: Vec<f32> = (0..n * max_cols)
             .map(|i| ((i * 7919) % 1000) as f32 / 1000.0 - 0.5)
             .collect();
         let mut y = vec![0f32; n * max_rows];
         let t = time(if n == 1 { 20 } else { 3 }, || {
-            for w in &mats {
+            for w in mats.iter() {
                 let (xs, ys) = (&x[..n * w.cols], &mut y[..n * w.rows]);
                 cpu::matmul(w, xs, n, ys, &mut s).expect("matmul");
             }
         });
         let secs = t.as_secs_f64();
         println!(
-            "real model, {} matrices, {:.1} MB, n_tokens {n}: {:.2} ms -> {:.1} tok/s of matmuls, {:.2} GB/s, {:.1} GFLOP/s",
+            "real model ({what}), {} matrices, {:.1} MB, n_tokens {n}: {:.2} ms -> {:.1} tok/s of matmuls, {:.2} GB/s, {:.1} GFLOP/s",
             mats.len(),
             bytes as f64 / 1e6,
             secs * 1e3,
@@ -238,6 +254,9 @@ fn real_model() {
 fn main() {
     if std::env::var("MEMWALL_BENCH_FORMATS").is_err() {
         real_model();
+    }
+    if std::env::args().any(|a| a == "--real") {
+        return;
     }
     synthetic(Isa::best());
     // --avx2: the AVX2 (and AVX-VNNI) kernels too when the best is newer, to compare them.

@@ -19,6 +19,9 @@ use f32act::matmul_f32_act;
 use kernels_ref::GgmlType;
 use kv::LayerKv;
 
+mod packed;
+pub use packed::PackedWeights;
+
 /// Where a matrix lives in the file and how it is shaped.
 #[derive(Debug, Clone, Copy)]
 struct MatRef {
@@ -45,6 +48,8 @@ pub struct CpuBackend {
     /// Element types of the K and V caches.
     kv_types: KvTypes,
     mm: MatmulScratch,
+    /// Matrices packed at load for the GEMM, read instead of the mmap where present.
+    packed: Arc<PackedWeights>,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
     /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
@@ -186,6 +191,7 @@ impl CpuBackend {
             kv_len: per_layer,
             kv_types,
             mm: MatmulScratch::default(),
+            packed: Arc::default(),
             f32_activations: false,
             rope_cache: Default::default(),
         };
@@ -196,6 +202,27 @@ impl CpuBackend {
             }
         }
         Ok(b)
+    }
+
+    /// Uses `p`'s packed matrices (built for this backend's model) in the matmuls.
+    pub fn set_packed(&mut self, p: Arc<PackedWeights>) {
+        self.packed = p;
+    }
+
+    /// `w` (at `m`)'s view of the mmap, with its packed copy if it has one. (Not a method, so
+    /// the views borrow these fields only and the matmul scratch stays free.)
+    fn view<'a>(
+        gguf: &'a Gguf,
+        packed: &'a PackedWeights,
+        w: WeightId,
+        m: MatRef,
+    ) -> Result<WeightView<'a>> {
+        let data = &gguf.bytes()[m.offset..m.offset + m.n_bytes];
+        let v = WeightView::new(m.ty, data, m.rows, m.cols)?;
+        match packed.get(w) {
+            Some(p) => v.with_packed(p),
+            None => Ok(v),
+        }
     }
 
     /// Switches matmuls to f32 activations (see the field's comment).
@@ -226,18 +253,12 @@ impl CpuBackend {
             }
             return Ok(());
         }
-        let bytes = self.gguf.bytes();
         let mut views = Vec::with_capacity(ws.len());
         let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
         for (&w, out) in ws.iter().zip(outs.iter_mut()) {
-            let m = self.mat(w)?;
-            views.push(WeightView::new(
-                m.ty,
-                &bytes[m.offset..m.offset + m.n_bytes],
-                m.rows,
-                m.cols,
-            )?);
-            ys.push(&mut out[..n * m.rows]);
+            let v = Self::view(&self.gguf, &self.packed, w, self.mat(w)?)?;
+            ys.push(&mut out[..n * v.rows]);
+            views.push(v);
         }
         let cols = views.first().map_or(0, |v| v.cols);
         crate::cpu::matmul_many(&views, &x[..n * cols], n, &mut ys, &mut self.mm)
@@ -327,14 +348,9 @@ impl Backend for CpuBackend {
                 &mut out[..n * m.rows],
             );
         }
-        let view = WeightView::new(m.ty, data, m.rows, m.cols)?;
-        crate::cpu::matmul(
-            &view,
-            &x[..n * m.cols],
-            n,
-            &mut out[..n * m.rows],
-            &mut self.mm,
-        )
+        let view = Self::view(&self.gguf, &self.packed, w, m)?;
+        let (x, y) = (&x[..n * m.cols], &mut out[..n * m.rows]);
+        crate::cpu::matmul(&view, x, n, y, &mut self.mm)
     }
 
     fn matmul_qkv(

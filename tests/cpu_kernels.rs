@@ -4,7 +4,7 @@
 mod common;
 
 use common::{random_weights, Rng};
-use memwall::cpu::{self, Isa, MatmulScratch, WeightView};
+use memwall::cpu::{self, Isa, MatmulScratch, PackedWeight, WeightView};
 use memwall::GgmlType;
 
 const QUANT_TYPES: [GgmlType; 12] = [
@@ -224,11 +224,8 @@ fn avx512_gemm_matches_oracle_and_vnni() {
             (37, 576, 3),
             (40, 1536, 128),
         ] {
-            let seed = (rows * 131 + cols + n) as u64;
-            check_case(Isa::Avx512Vnni, ty, rows, cols, n, seed);
-            let mut rng = Rng::new(seed);
-            let data = random_weights(&mut rng, ty, rows, cols);
-            let x = rng.activations(n * cols);
+            check_case(Isa::Avx512Vnni, ty, rows, cols, n, gemm_seed(rows, cols, n));
+            let (data, x) = gemm_inputs(ty, rows, cols, n);
             let w = WeightView::new(ty, &data, rows, cols).unwrap();
             let mut ya = vec![f32::NAN; n * rows];
             let mut yb = vec![f32::NAN; n * rows];
@@ -263,6 +260,81 @@ fn avx512_gemm_matches_oracle_and_vnni() {
             }
         }
     }
+}
+
+fn gemm_seed(rows: usize, cols: usize, n: usize) -> u64 {
+    (rows * 131 + cols + n) as u64
+}
+
+/// Random weights [rows][cols] of `ty` and activations [n][cols] for a GEMM case.
+fn gemm_inputs(ty: GgmlType, rows: usize, cols: usize, n: usize) -> (Vec<u8>, Vec<f32>) {
+    let mut rng = Rng::new(gemm_seed(rows, cols, n));
+    let data = random_weights(&mut rng, ty, rows, cols);
+    let x = rng.activations(n * cols);
+    (data, x)
+}
+
+/// y: [n][rows] = x · wᵀ on `isa`.
+fn mm(isa: Isa, w: &WeightView, x: &[f32], n: usize) -> Vec<f32> {
+    let mut y = vec![f32::NAN; n * w.rows];
+    cpu::matmul_with(isa, w, x, n, &mut y, &mut MatmulScratch::default()).unwrap();
+    y
+}
+
+/// Weights packed at load for the AVX-512 GEMM give the same bits as the per-call packing
+/// (itself checked against the oracle above), alone and fused in `matmul_many`, for odd row
+/// counts and 1..128 tokens, and a token's outputs do not depend on its batch. Other ISAs
+/// ignore the packed copy.
+#[test]
+fn avx512_packed_weights_match_per_call() {
+    if !Isa::Avx512Vnni.available() {
+        assert!(!PackedWeight::supported(Isa::best(), GgmlType::Q4_0));
+        eprintln!("no AVX-512 VNNI on this CPU: nothing is packed");
+        return;
+    }
+    let isa = Isa::Avx512Vnni;
+    for ty in [GgmlType::Q4_0, GgmlType::Q4_1, GgmlType::Q8_0] {
+        assert!(PackedWeight::supported(isa, ty) && !PackedWeight::supported(Isa::AvxVnni, ty));
+        let mut cases = vec![(1, 32, 1), (17, 64, 3), (33, 32 * 133, 9), (16, 1536, 8)];
+        cases.extend([1, 2, 7, 8, 9, 16, 31, 64, 127, 128].map(|n| (37, 576, n)));
+        for (rows, cols, n) in cases {
+            let (data, x) = gemm_inputs(ty, rows, cols, n);
+            let w = WeightView::new(ty, &data, rows, cols).unwrap();
+            let packed = PackedWeight::pack(isa, &w).unwrap().unwrap();
+            assert_eq!(packed.bytes(), rows.div_ceil(16) * 16 * w.row_bytes());
+            assert_eq!(
+                PackedWeight::bytes_for(isa, ty, rows, cols),
+                packed.bytes() as u64
+            );
+            let wp = w.with_packed(&packed).unwrap();
+            let what = format!("{ty} {rows}x{cols} n={n}");
+            let y = mm(isa, &wp, &x, n);
+            assert_eq!(y, mm(isa, &w, &x, n), "{what}: packed vs per call");
+            assert_eq!(mm(Isa::AvxVnni, &wp, &x, n), mm(Isa::AvxVnni, &w, &x, n));
+            for t in [0, n / 2, n - 1] {
+                let y1 = mm(isa, &wp, &x[t * cols..(t + 1) * cols], 1);
+                assert_eq!(y1, y[t * rows..(t + 1) * rows], "{what}: token {t} alone");
+            }
+            // Fused with a second (unpacked) weight of the same format.
+            let (d2, _) = gemm_inputs(ty, 5, cols, 1);
+            let w2 = WeightView::new(ty, &d2, 5, cols).unwrap();
+            let (mut ya, mut yb) = (vec![f32::NAN; n * rows], vec![f32::NAN; n * 5]);
+            let mut s = MatmulScratch::default();
+            cpu::matmul_many_with(isa, &[wp, w2], &x, n, &mut [&mut ya, &mut yb], &mut s).unwrap();
+            assert_eq!(ya, y, "{what}: fused");
+            assert_eq!(yb, mm(isa, &w2, &x, n), "{what}: fused second weight");
+        }
+    }
+    // A packed copy of another shape is refused.
+    let (data, _) = gemm_inputs(GgmlType::Q4_0, 17, 64, 1);
+    let w = WeightView::new(GgmlType::Q4_0, &data, 17, 64).unwrap();
+    let p = PackedWeight::pack(isa, &w).unwrap().unwrap();
+    let other = WeightView::new(GgmlType::Q4_0, &data, 34, 32).unwrap();
+    assert!(other.with_packed(&p).is_err());
+    // Formats without a packed layout are not packed.
+    let (d6, _) = gemm_inputs(GgmlType::Q6_K, 3, 256, 1);
+    let w6 = WeightView::new(GgmlType::Q6_K, &d6, 3, 256).unwrap();
+    assert!(PackedWeight::pack(isa, &w6).unwrap().is_none());
 }
 
 /// One scratch reused across shapes and formats (as the model does) gives the same results as

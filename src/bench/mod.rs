@@ -98,6 +98,8 @@ pub struct BenchOptions {
     pub probe_runs: usize,
     /// f32 matmul activations (see `LoadOptions::f32_activations`).
     pub f32_activations: bool,
+    /// `--no-repack` (see `LoadOptions::no_repack`).
+    pub no_repack: bool,
     /// `--cache-type-k` / `--cache-type-v` (see `LoadOptions`).
     pub cache_type_k: Option<crate::kv_type::KvType>,
     pub cache_type_v: Option<crate::kv_type::KvType>,
@@ -116,6 +118,7 @@ impl Default for BenchOptions {
             probe_bytes: 256 << 20,
             probe_runs: 5,
             f32_activations: false,
+            no_repack: false,
             cache_type_k: None,
             cache_type_v: None,
             seed: 0x006d_656d_7761_6c6c,
@@ -286,6 +289,7 @@ fn run_config(
         threads: o.threads,
         device: choice.clone(),
         f32_activations: o.f32_activations,
+        no_repack: o.no_repack,
         cache_type_k: o.cache_type_k,
         cache_type_v: o.cache_type_v,
         gpu_layers,

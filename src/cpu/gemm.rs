@@ -1,34 +1,51 @@
-//! Dispatch to the AVX-512 GEMM (`gemm512`, x86_64 only): which calls take it, and the call.
+//! Dispatch to the AVX-512 GEMM (`gemm512`, x86_64 only): which calls take it, the call, and
+//! the weights packed for it once at load (`PackedWeight`).
 
 #[cfg(target_arch = "x86_64")]
 use super::gemm512;
 use super::{Isa, MatmulScratch, Part, WeightView};
+use crate::{Error, GgmlType, Result};
 
-/// Whether `isa` runs the AVX-512 GEMM for this call (it also needs `gemm_fmt` weights).
-pub(super) fn use_gemm(isa: Isa, ws: &[WeightView], n_tokens: usize) -> bool {
+/// How a matmul call's weights go to the AVX-512 GEMM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Gemm {
+    /// Not this ISA, too few tokens, or no weight in a GEMM format.
+    No,
+    /// Every weight is in a GEMM format: one `run_gemm` for all of them.
+    All,
+    /// Some are and some are not: one matmul each, so every weight's values do not depend on
+    /// what it is fused with.
+    Mixed,
+}
+
+/// The one predicate for the GEMM: which of `Gemm` a call of `ws` over `n_tokens` takes.
+pub(super) fn gemm_plan(isa: Isa, ws: &[WeightView], n_tokens: usize) -> Gemm {
     #[cfg(target_arch = "x86_64")]
     {
-        isa == Isa::Avx512Vnni
-            && n_tokens >= gemm512::MIN_TOKENS
-            && ws.iter().any(|w| gemm_fmt(w).is_some())
+        if isa != Isa::Avx512Vnni || n_tokens < gemm512::MIN_TOKENS {
+            return Gemm::No;
+        }
+        let n = ws.iter().filter(|w| gemm_fmt(w).is_some()).count();
+        match n {
+            0 => Gemm::No,
+            n if n == ws.len() => Gemm::All,
+            _ => Gemm::Mixed,
+        }
     }
     #[cfg(not(target_arch = "x86_64"))]
     {
         let _ = (isa, ws, n_tokens);
-        false
+        Gemm::No
     }
 }
 
 #[cfg(target_arch = "x86_64")]
-pub(super) fn gemm_fmt(w: &WeightView) -> Option<gemm512::Fmt> {
+fn gemm_fmt(w: &WeightView) -> Option<gemm512::Fmt> {
     gemm512::Fmt::of(w.ty).filter(|_| w.cols > 0)
 }
-#[cfg(not(target_arch = "x86_64"))]
-pub(super) fn gemm_fmt(_: &WeightView) -> Option<()> {
-    None
-}
 
-/// The AVX-512 GEMM over `parts` (all `gemm_fmt`, same cols) with `scratch.act` quantized.
+/// The AVX-512 GEMM over `parts` (`gemm_plan` returned `All`, same cols) with `scratch.act`
+/// quantized.
 pub(super) fn run_gemm(
     parts: &[Part],
     n_tokens: usize,
@@ -43,17 +60,116 @@ pub(super) fn run_gemm(
                 Some(gemm512::Part {
                     fmt: gemm_fmt(w)?,
                     data: w.data,
+                    packed: w.packed,
                     rows: w.rows,
                     rb,
                 })
             })
             .collect();
         let nch = parts.first().map_or(0, |(w, _)| w.cols / 32);
-        // SAFETY: use_gemm returned true only for Isa::Avx512Vnni, whose availability
+        // SAFETY: gemm_plan returned All only for Isa::Avx512Vnni, whose availability
         // check_args verified; check_args also verified every part's byte size (rows x rb
-        // bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols.
+        // bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols; a packed
+        // copy's size was checked by `WeightView::with_packed`.
         unsafe { gemm512::run(&gparts, nch, &scratch.act, n_tokens, ys, &mut scratch.yt) };
     }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = (parts, n_tokens, ys, scratch);
+}
+
+/// A weight rearranged once (at load) into the layout the ISA's GEMM reads, so its matmuls
+/// skip the per-call rearrangement (`gemm512`): `data` is [rows.div_ceil(16) panels][cols / 32
+/// chunks][16 x block bytes] (as many bytes as the GGUF rows rounded up to 16 rows), anonymous
+/// memory that replaces reading the weight's mmap pages.
+#[derive(Debug)]
+pub struct PackedWeight {
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: Vec<u8>,
+}
+
+impl PackedWeight {
+    /// Whether `isa` has a packed layout for `ty` (only `Isa::Avx512Vnni`, for Q4_0, Q4_1 and
+    /// Q8_0): `pack` returns `None` for the others.
+    pub fn supported(isa: Isa, ty: GgmlType) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        {
+            isa == Isa::Avx512Vnni && gemm512::Fmt::of(ty).is_some()
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        {
+            let _ = (isa, ty);
+            false
+        }
+    }
+
+    /// Bytes `pack` would allocate for `rows` x `cols` of `ty` on `isa` (0 where unsupported):
+    /// what the memory plan counts.
+    pub fn bytes_for(isa: Isa, ty: GgmlType, rows: usize, cols: usize) -> u64 {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(f) = gemm512::Fmt::of(ty).filter(|_| Self::supported(isa, ty)) {
+            return gemm512::packed_bytes(f, rows, cols / 32) as u64;
+        }
+        let _ = (isa, ty, rows, cols);
+        0
+    }
+
+    /// `w` packed for `isa`'s GEMM (all threads of the current rayon pool), or `None` where
+    /// `isa` has no packed layout for it or this CPU lacks `isa`.
+    pub fn pack(isa: Isa, w: &WeightView) -> Result<Option<PackedWeight>> {
+        if !Self::supported(isa, w.ty) || !isa.available() || w.cols == 0 {
+            return Ok(None);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let Some(fmt) = gemm_fmt(w) else {
+                return Ok(None);
+            };
+            let nch = w.cols / 32;
+            let n = gemm512::packed_bytes(fmt, w.rows, nch);
+            let mut data = Vec::new();
+            data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
+                what: format!("packed {} weight of {}x{} ({n} B)", w.ty, w.rows, w.cols),
+            })?;
+            data.resize(n, 0);
+            let part = gemm512::Part {
+                fmt,
+                data: w.data,
+                packed: None,
+                rows: w.rows,
+                rb: w.row_bytes(),
+            };
+            // SAFETY: isa (Avx512Vnni) is available (checked above); WeightView::new checked
+            // that data holds rows rows of cols / 32 blocks, and data is packed_bytes long.
+            unsafe { gemm512::pack(&part, nch, &mut data) };
+            Ok(Some(PackedWeight {
+                ty: w.ty,
+                rows: w.rows,
+                cols: w.cols,
+                data,
+            }))
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        Ok(None)
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.data.len()
+    }
+}
+
+impl<'a> WeightView<'a> {
+    /// This view with `p` (the same weight packed) for the GEMM to read instead of `data`.
+    pub fn with_packed(mut self, p: &'a PackedWeight) -> Result<Self> {
+        if (p.ty, p.rows, p.cols) != (self.ty, self.rows, self.cols) {
+            return Err(Error::InvalidArgument(format!(
+                "packed {} {}x{} weight given for a {} {}x{} one",
+                p.ty, p.rows, p.cols, self.ty, self.rows, self.cols
+            )));
+        }
+        self.packed = Some(&p.data);
+        Ok(self)
+    }
 }

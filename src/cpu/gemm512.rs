@@ -9,14 +9,16 @@
 //! token is 8 `vpdpbusd` + one conversion + one FMA (two for Q4_1) for 16 x 32 multiply-adds,
 //! and the scales are a vector of the 16 rows' scales times one broadcast activation scale.
 //!
-//! The transpose is made per call, per panel, into a per-thread buffer (`Panel`, 40 bytes per
-//! 32 weights of 16 rows: under 40 KiB for a 1536-column panel) by masked gathers, and is then
-//! used by every token tile of the call: no copy of the weights is kept, the model's mmap is
-//! read as before (memory cost: one panel per thread). The gathers cost about one extra pass
-//! over each weight per call, which prefill amortizes over its `n_tokens / 8` tiles; decode
-//! runs this kernel too (measured no slower than the `avx2` one for one token, see PERFLOG),
-//! so that every output is summed in the same order whatever the batch: a token's logits do
-//! not depend on whether it came alone or in a prompt (8-bit activation rounding would turn
+//! The transposed layout (`pack_panel`: per chunk of 16 rows, the blocks' quant dwords
+//! interleaved row by row, then their f16 scales) has exactly the bytes of the GGUF blocks, so
+//! a weight can be packed once at load (`pack`, a `PackedWeight` held by the CPU backend, which
+//! then no longer reads those mmap pages) and the kernel reads it with plain loads. Without a
+//! packed copy (`--no-repack`, or weights not packed at load) each panel is packed per call into
+//! a per-thread buffer by masked gathers, which costs about one extra pass over each weight per
+//! call: prefill amortizes it over its `n_tokens / 8` tiles, decode does not. Both read the same
+//! layout with the same kernel, so they give identical bits. Decode runs this kernel too, so
+//! that every output is summed in the same order whatever the batch: a token's logits do not
+//! depend on whether it came alone or in a prompt (8-bit activation rounding would turn
 //! summation-order ulps into visible differences through the layers).
 //!
 //! Integer offsets are exact: a Q4_0 chunk's dot is `Σ u q - 8 Σ q` and a Q8_0 chunk's is
@@ -40,12 +42,13 @@ const TT: usize = 8;
 /// Fewest tokens that run this GEMM: all (see the module comment).
 pub(crate) const MIN_TOKENS: usize = 1;
 
-/// Formats this GEMM handles.
+/// Formats this GEMM handles (the value is `tile`'s const parameter).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
 pub(crate) enum Fmt {
-    Q4_0,
-    Q4_1,
-    Q8_0,
+    Q4_0 = 0,
+    Q4_1 = 1,
+    Q8_0 = 2,
 }
 
 impl Fmt {
@@ -77,23 +80,26 @@ impl Fmt {
     }
 }
 
-/// One weight of a GEMM call: `rows` rows of `rb` bytes in `data`.
+/// One weight of a GEMM call: `rows` rows of `rb` bytes in `data`, and the same weight packed
+/// once at load (`pack`) when the caller holds it.
 pub(crate) struct Part<'a> {
     pub fmt: Fmt,
     pub data: &'a [u8],
+    /// `pack(fmt, data, rows, nch)`'s bytes, or `None` to pack each panel per call.
+    pub packed: Option<&'a [u8]>,
     pub rows: usize,
     pub rb: usize,
 }
 
-/// One thread's transposed panel (16 rows x nch chunks of 32 weights).
-#[derive(Default)]
-struct Panel {
-    /// [nch][8][16 rows][4] unsigned weight bytes, as [nch * 8] zmm.
-    q: Vec<[u32; 16]>,
-    /// [nch][16 rows] f32 scales.
-    d: Vec<[f32; 16]>,
-    /// [nch][16 rows] f32 mins (Q4_1 only).
-    m: Vec<[f32; 16]>,
+/// Bytes of one packed panel: nch chunks of 16 rows x one block each (the blocks' own bytes,
+/// rearranged, so a packed weight is as large as its rows rounded up to 16).
+pub(crate) fn panel_bytes(fmt: Fmt, nch: usize) -> usize {
+    nch * PR * fmt.block_bytes()
+}
+
+/// Bytes `pack` returns for `rows` rows of `nch` chunks.
+pub(crate) fn packed_bytes(fmt: Fmt, rows: usize, nch: usize) -> usize {
+    rows.div_ceil(PR) * panel_bytes(fmt, nch)
 }
 
 /// Gathers one dword per row at `base + r * rb + off` for the `mask` rows (others zero).
@@ -114,52 +120,58 @@ unsafe fn gather(idx: __m512i, mask: __mmask16, base: *const u8, off: usize) -> 
     }
 }
 
-/// Transposes rows r0..r0 + nr (nr <= 16) of `part` into `p`; lanes nr.. get zero weights and
-/// scales.
+/// Bytes of a packed chunk's weights (before its f16 scales): 16 rows x 32 weights as nibbles
+/// (Q4) or bytes (Q8).
+fn q_bytes(fmt: Fmt) -> usize {
+    match fmt {
+        Fmt::Q4_0 | Fmt::Q4_1 => 256,
+        Fmt::Q8_0 => 512,
+    }
+}
+
+/// Packs rows r0..r0 + nr (nr <= 16) of `part` into one panel `out` (`panel_bytes` long); rows
+/// nr.. get zero weights and scales. Panel layout, chunk c at `c * 16 * block_bytes`:
+/// - Q4_0/Q4_1: [4][16 rows] dwords, dword j of a row = its block's quant bytes 4j..4j+4 (byte
+///   i holds weight i in the low nibble, i + 16 in the high one); Q8_0: [8][16 rows] dwords of
+///   the quants plus 128 (unsigned, for `vpdpbusd`);
+/// - then [16 rows] f16 scales d; Q4_1: then [16 rows] f16 mins m.
 ///
 /// # Safety
 /// AVX-512F/BW/VNNI and F16C must be available; `part.data` holds `part.rows >= r0 + nr` rows of
 /// `part.rb = nch * block_bytes` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn repack(part: &Part, r0: usize, nr: usize, nch: usize, p: &mut Panel) {
+unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u8]) {
     let bb = part.fmt.block_bytes();
-    debug_assert!(nr <= PR && part.rb == nch * bb && (r0 + nr) * part.rb <= part.data.len());
-    p.q.resize(nch * 8, [0; 16]);
-    p.d.resize(nch, [0.0; 16]);
-    if part.fmt == Fmt::Q4_1 {
-        p.m.resize(nch, [0.0; 16]);
-    }
+    let qb = q_bytes(part.fmt);
+    assert!(nr <= PR && part.rb == nch * bb && (r0 + nr) * part.rb <= part.data.len());
+    assert!(out.len() >= panel_bytes(part.fmt, nch));
     let mask: __mmask16 = ((1u32 << nr) - 1) as u16;
     let rb = part.rb as i32;
     let idx = _mm512_mullo_epi32(
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32(rb),
     );
-    let lo4 = _mm512_set1_epi8(15);
     let base = part.data[r0 * part.rb..].as_ptr();
-    let halves = |v: __m512i| _mm512_cvtph_ps(_mm512_cvtepi32_epi16(v));
     for c in 0..nch {
         let o = c * bb;
         // SAFETY: every gathered dword lies inside block c of a masked-in row: offsets o..o+bb
         // of rows r0..r0+nr, in bounds by the caller's contract (the last dword read of a block
-        // ends at its last byte).
+        // ends at its last byte); the stores stay inside chunk c of `out` (asserted length).
         unsafe {
-            let q = p.q[c * 8..c * 8 + 8].as_mut_ptr() as *mut __m512i;
+            let dst = out[c * PR * bb..].as_mut_ptr();
+            let q = dst as *mut __m512i;
             let hdr = gather(idx, mask, base, o);
-            _mm512_storeu_ps(p.d[c].as_mut_ptr(), halves(hdr));
+            let hs = dst.add(qb) as *mut __m256i;
+            _mm256_storeu_si256(hs, _mm512_cvtepi32_epi16(hdr));
             match part.fmt {
                 Fmt::Q4_0 | Fmt::Q4_1 => {
                     let qs = if part.fmt == Fmt::Q4_0 { 2 } else { 4 };
                     if part.fmt == Fmt::Q4_1 {
-                        let m = halves(_mm512_srli_epi32(hdr, 16));
-                        _mm512_storeu_ps(p.m[c].as_mut_ptr(), m);
+                        let m = _mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16));
+                        _mm256_storeu_si256(hs.add(1), m);
                     }
-                    // Byte i of qs holds weight i (low nibble) and weight i + 16 (high).
                     for j in 0..4 {
-                        let v = gather(idx, mask, base, o + qs + 4 * j);
-                        _mm512_storeu_si512(q.add(j), _mm512_and_si512(v, lo4));
-                        let hi = _mm512_and_si512(_mm512_srli_epi32(v, 4), lo4);
-                        _mm512_storeu_si512(q.add(4 + j), hi);
+                        _mm512_storeu_si512(q.add(j), gather(idx, mask, base, o + qs + 4 * j));
                     }
                 }
                 Fmt::Q8_0 => {
@@ -174,22 +186,48 @@ unsafe fn repack(part: &Part, r0: usize, nr: usize, nch: usize, p: &mut Panel) {
     }
 }
 
-/// out[t * 16 + r] = panel row r · activation t0 + t, for T tokens.
+/// `part`'s weights packed once: [rows.div_ceil(16) panels][nch chunks][16 * block_bytes] bytes
+/// in `pack_panel`'s layout (as many bytes as the GGUF rows, rounded up to 16 rows), every
+/// panel packed in parallel.
 ///
 /// # Safety
-/// AVX-512F/BW/VNNI must be available; `p` holds `nch` chunks; `act` has tokens t0..t0 + T of
-/// `nch * 32` columns; `out.len() >= T * 16`.
+/// As `pack_panel` for every panel: `part.data` holds `rows` rows of `rb = nch * block_bytes`.
+pub(crate) unsafe fn pack(part: &Part, nch: usize, out: &mut [u8]) {
+    let pb = panel_bytes(part.fmt, nch);
+    if pb == 0 {
+        return;
+    }
+    out.par_chunks_mut(pb).enumerate().for_each(|(p, o)| {
+        let r0 = p * PR;
+        if r0 < part.rows {
+            // SAFETY: forwarded from the caller; r0 + nr <= rows.
+            unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, o) };
+        }
+    });
+}
+
+/// out[t * 16 + r] = panel row r · activation t0 + t, for T tokens; F is the format
+/// (`Fmt as u8`).
+///
+/// # Safety
+/// AVX-512F/BW/VNNI must be available; `p` holds a panel of `nch` chunks in `pack_panel`'s
+/// layout for format F; `act` has tokens t0..t0 + T of `nch * 32` columns; `out.len() >= T * 16`.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn tile<const T: usize, const MIN: bool>(
-    p: &Panel,
+unsafe fn tile<const T: usize, const F: u8>(
+    p: &[u8],
     nch: usize,
-    off: i32,
     act: &QAct,
     t0: usize,
     out: &mut [f32],
 ) {
-    assert!(out.len() >= T * PR && p.q.len() >= nch * 8 && p.d.len() >= nch);
-    assert!(!MIN || p.m.len() >= nch);
+    let fmt = [Fmt::Q4_0, Fmt::Q4_1, Fmt::Q8_0][F as usize];
+    let (min, off, cs, qb) = (
+        fmt == Fmt::Q4_1,
+        fmt.int_off(),
+        PR * fmt.block_bytes(),
+        q_bytes(fmt),
+    );
+    assert!(out.len() >= T * PR && p.len() >= nch * cs);
     let mut qp = [std::ptr::null::<i32>(); T];
     let mut dp = [std::ptr::null::<f32>(); T];
     let mut xp = [std::ptr::null::<f32>(); T];
@@ -203,15 +241,30 @@ unsafe fn tile<const T: usize, const MIN: bool>(
         xp[t] = xs.as_ptr();
         ip[t] = is.as_ptr();
     }
+    let lo4 = _mm512_set1_epi8(15);
     let mut f = [_mm512_setzero_ps(); T];
     for c in 0..nch {
         // SAFETY: c < nch, within every length asserted above.
         unsafe {
-            let wq = p.q[c * 8..].as_ptr() as *const __m512i;
-            let w: [__m512i; 8] = std::array::from_fn(|g| _mm512_loadu_si512(wq.add(g)));
-            let dv = _mm512_loadu_ps(p.d[c].as_ptr());
-            let mv = if MIN {
-                _mm512_loadu_ps(p.m[c].as_ptr())
+            let base = p.as_ptr().add(c * cs);
+            let wq = base as *const __m512i;
+            let w: [__m512i; 8] = if fmt == Fmt::Q8_0 {
+                std::array::from_fn(|g| _mm512_loadu_si512(wq.add(g)))
+            } else {
+                let v: [__m512i; 4] = std::array::from_fn(|j| _mm512_loadu_si512(wq.add(j)));
+                std::array::from_fn(|g| {
+                    let x = if g < 4 {
+                        v[g]
+                    } else {
+                        _mm512_srli_epi32(v[g - 4], 4)
+                    };
+                    _mm512_and_si512(x, lo4)
+                })
+            };
+            let hs = base.add(qb) as *const __m256i;
+            let dv = _mm512_cvtph_ps(_mm256_loadu_si256(hs));
+            let mv = if min {
+                _mm512_cvtph_ps(_mm256_loadu_si256(hs.add(1)))
             } else {
                 _mm512_setzero_ps()
             };
@@ -228,7 +281,7 @@ unsafe fn tile<const T: usize, const MIN: bool>(
                 let s = _mm512_mul_ps(dv, _mm512_set1_ps(*dp[t].add(c)));
                 let sum = _mm512_cvtepi32_ps(_mm512_add_epi32(a, b));
                 f[t] = _mm512_fmadd_ps(sum, s, f[t]);
-                if MIN {
+                if min {
                     f[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(*xp[t].add(c)), f[t]);
                 }
             }
@@ -243,18 +296,22 @@ unsafe fn tile<const T: usize, const MIN: bool>(
 /// The tile for `nt` (1..=TT) tokens.
 ///
 /// # Safety
-/// As `tile`, with T = nt.
-unsafe fn tile_n(p: &Panel, nch: usize, fmt: Fmt, act: &QAct, t0: usize, nt: usize, o: &mut [f32]) {
-    let off = fmt.int_off();
+/// As `tile`, with T = nt and F = fmt.
+unsafe fn tile_n(p: &[u8], nch: usize, fmt: Fmt, act: &QAct, t0: usize, nt: usize, o: &mut [f32]) {
+    const Q40: u8 = Fmt::Q4_0 as u8;
+    const Q41: u8 = Fmt::Q4_1 as u8;
+    const Q80: u8 = Fmt::Q8_0 as u8;
     macro_rules! go {
         ($($n:literal)*) => {
-            match (nt, fmt == Fmt::Q4_1) {
+            match (nt, fmt) {
                 $(
-                    ($n, false) => tile::<$n, false>(p, nch, off, act, t0, o),
-                    ($n, true) => tile::<$n, true>(p, nch, off, act, t0, o),
+                    ($n, Fmt::Q4_0) => tile::<$n, Q40>(p, nch, act, t0, o),
+                    ($n, Fmt::Q4_1) => tile::<$n, Q41>(p, nch, act, t0, o),
+                    ($n, Fmt::Q8_0) => tile::<$n, Q80>(p, nch, act, t0, o),
                 )*
-                (_, false) => tile::<TT, false>(p, nch, off, act, t0, o),
-                (_, true) => tile::<TT, true>(p, nch, off, act, t0, o),
+                (_, Fmt::Q4_0) => tile::<TT, Q40>(p, nch, act, t0, o),
+                (_, Fmt::Q4_1) => tile::<TT, Q41>(p, nch, act, t0, o),
+                (_, Fmt::Q8_0) => tile::<TT, Q80>(p, nch, act, t0, o),
             }
         };
     }
@@ -267,7 +324,8 @@ unsafe fn tile_n(p: &Panel, nch: usize, fmt: Fmt, act: &QAct, t0: usize, nt: usi
 ///
 /// # Safety
 /// `Isa::Avx512Vnni` must be available; each part holds `rows` rows of `rb = nch *
-/// block_bytes` bytes; ys[i].len() == n_tokens * parts[i].rows.
+/// block_bytes` bytes, and `packed_bytes` packed bytes if it has `packed`; ys[i].len() ==
+/// n_tokens * parts[i].rows.
 pub(crate) unsafe fn run(
     parts: &[Part],
     nch: usize,
@@ -289,11 +347,18 @@ pub(crate) unsafe fn run(
             }
         }
     }
-    let work = |panel: &mut Panel, (pi, r0, o): (usize, usize, &mut [f32])| {
+    let work = |buf: &mut Vec<u8>, (pi, r0, o): (usize, usize, &mut [f32])| {
         let part = &parts[pi];
-        let nr = PR.min(part.rows - r0);
-        // SAFETY: the caller checked the features and the parts' sizes; r0 + nr <= rows.
-        unsafe { repack(part, r0, nr, nch, panel) };
+        let pb = panel_bytes(part.fmt, nch);
+        let panel: &[u8] = match part.packed {
+            Some(p) => &p[r0 / PR * pb..(r0 / PR + 1) * pb],
+            None => {
+                buf.resize(pb, 0);
+                // SAFETY: the caller checked the features and the parts' sizes; r0 + nr <= rows.
+                unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, buf) };
+                buf
+            }
+        };
         let mut t0 = 0;
         while t0 < n_tokens {
             let nt = TT.min(n_tokens - t0);
@@ -303,12 +368,12 @@ pub(crate) unsafe fn run(
         }
     };
     if rayon::current_num_threads() <= 1 {
-        let mut panel = Panel::default();
+        let mut buf = Vec::new();
         for job in jobs {
-            work(&mut panel, job);
+            work(&mut buf, job);
         }
     } else {
-        jobs.into_par_iter().for_each_init(Panel::default, work);
+        jobs.into_par_iter().for_each_init(Vec::new, work);
     }
     let mut src = yt.chunks_exact(n_tokens * PR);
     for (part, y) in parts.iter().zip(ys.iter_mut()) {

@@ -18,6 +18,7 @@ mod avx2;
 mod avx2_float;
 mod formats;
 mod gemm;
+pub use gemm::PackedWeight;
 #[cfg(target_arch = "x86_64")]
 mod gemm512;
 mod ops;
@@ -27,7 +28,7 @@ use rayon::prelude::*;
 
 use crate::{Error, GgmlType, Result};
 use act::QAct;
-use gemm::{gemm_fmt, run_gemm, use_gemm};
+use gemm::{gemm_plan, run_gemm, Gemm};
 
 pub use attention::{attention, attention_kv, KvView};
 pub use ops::{
@@ -53,6 +54,8 @@ pub struct WeightView<'a> {
     pub data: &'a [u8],
     pub rows: usize,
     pub cols: usize,
+    /// The same weight packed for the GEMM (`with_packed`), read instead of `data` there.
+    packed: Option<&'a [u8]>,
 }
 
 impl<'a> WeightView<'a> {
@@ -73,6 +76,7 @@ impl<'a> WeightView<'a> {
             data,
             rows,
             cols,
+            packed: None,
         })
     }
 
@@ -348,18 +352,19 @@ pub fn matmul_many_with(
         return Ok(());
     }
     let cols = ws[0].cols;
-    if use_gemm(isa, ws, n_tokens) {
-        // Weights of mixed formats run one matmul each, so every weight's values do not
-        // depend on what it is fused with.
-        if !ws.iter().all(|w| gemm_fmt(w).is_some()) {
+    match gemm_plan(isa, ws, n_tokens) {
+        Gemm::All => {
+            quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
+            run_gemm(&parts, n_tokens, ys, scratch);
+            return Ok(());
+        }
+        Gemm::Mixed => {
             for (w, y) in ws.iter().zip(ys.iter_mut()) {
                 matmul_with(isa, w, x, n_tokens, y, scratch)?;
             }
             return Ok(());
         }
-        quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
-        run_gemm(&parts, n_tokens, ys, scratch);
-        return Ok(());
+        Gemm::No => {}
     }
     quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
     let act = &scratch.act;
@@ -394,7 +399,8 @@ pub fn matmul_with(
     }
     let cols = w.cols;
     let parts = [(w, rb)];
-    if use_gemm(isa, std::slice::from_ref(w), n_tokens) && gemm_fmt(w).is_some() {
+    // One weight is never `Gemm::Mixed`.
+    if gemm_plan(isa, std::slice::from_ref(w), n_tokens) == Gemm::All {
         quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
         run_gemm(&parts, n_tokens, &mut [y], scratch);
         return Ok(());

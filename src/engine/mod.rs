@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::cpu_backend::CpuBackend;
+use crate::cpu_backend::{CpuBackend, PackedWeights};
 pub use crate::ctx_shift::CtxOverflow;
 use crate::ctx_shift::ShiftStats;
 use crate::error::{Error, Result};
@@ -67,6 +67,12 @@ pub struct LoadOptions {
     /// integer kernels and the GPU's matching path). Slower on the CPU; the mode in which the
     /// CPU and GPU paths agree to f32 rounding, used to validate one against the other.
     pub f32_activations: bool,
+    /// `--no-repack`: keep the CPU's weights in the mmap only. By default the matrices of the
+    /// stages placed on the CPU are packed once at load into the layout the CPU GEMM reads
+    /// (AVX-512 VNNI, Q4_0/Q4_1/Q8_0 only; as many bytes as those weights, anonymous memory
+    /// instead of file pages), so matmuls skip a per-call rearrangement. Also off with
+    /// `stream` (memory tight enough to stream weights from storage) and `f32_activations`.
+    pub no_repack: bool,
     /// `--gpu-layers N`: the last N blocks and the head on the GPU, the rest on the CPU
     /// (with a GPU device; `None` puts every stage on it).
     pub gpu_layers: Option<usize>,
@@ -116,6 +122,8 @@ pub struct Model {
     f32_activations: bool,
     /// Where each stage runs when a session starts.
     placement: PhasePlacement,
+    /// The CPU stages' matrices packed at load (empty with `LoadOptions::no_repack`).
+    cpu_packed: Arc<PackedWeights>,
     resample_every: Option<usize>,
     /// K and V cache types of every session.
     kv_types: KvTypes,
@@ -186,7 +194,21 @@ impl Model {
             }
             _ => None,
         };
+        let pool = Arc::new(pool);
+        let cpu_packed = if opts.no_repack || opts.stream || opts.f32_activations {
+            PackedWeights::default()
+        } else {
+            let on_cpu = |l: usize| {
+                placement.prefill.layers.get(l) == Some(&Device::Cpu)
+                    || placement.decode.layers.get(l) == Some(&Device::Cpu)
+            };
+            let layers: Vec<bool> = (0..config.n_layer).map(on_cpu).collect();
+            let head =
+                placement.prefill.head == Device::Cpu || placement.decode.head == Device::Cpu;
+            pool.install(|| PackedWeights::build(&gguf, &config, &layers, head))?
+        };
         Ok(Model {
+            cpu_packed: Arc::new(cpu_packed),
             load_fallback,
             kv_types,
             managed_residency,
@@ -196,7 +218,7 @@ impl Model {
             config,
             tokenizer,
             chat_template,
-            pool: Arc::new(pool),
+            pool,
             load_time: t0.elapsed(),
             gpu,
             device_note,
@@ -250,6 +272,10 @@ impl Model {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
+    pub fn cpu_packed(&self) -> &PackedWeights {
+        &self.cpu_packed
+    }
+
     pub fn load_time(&self) -> Duration {
         self.load_time
     }
@@ -387,6 +413,7 @@ impl Session {
                 PREFILL_BATCH,
                 model.f32_activations,
                 model.kv_types,
+                model.cpu_packed.clone(),
             )
         };
         let mut exec = match exec_on(model.gpu.clone(), model.placement.clone()) {

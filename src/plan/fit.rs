@@ -12,14 +12,18 @@ pub struct DeviceUse {
     pub kv: u64,
     pub scratch: u64,
     pub staging: u64,
-    /// Everything at once: weights + kv + scratch + staging (all of it is allocated up front).
+    /// CPU weights packed at load for the GEMM (anonymous; `weights` no longer counts the mmap
+    /// pages they replace).
+    pub packed: u64,
+    /// Everything at once: weights + kv + scratch + staging + packed (all of it is allocated
+    /// up front).
     pub peak: u64,
 }
 
 impl DeviceUse {
     /// Memory that is not file pages: what cannot be evicted and re-read.
     pub fn anonymous(&self) -> u64 {
-        self.kv + self.scratch + self.staging
+        self.kv + self.scratch + self.staging + self.packed
     }
 }
 
@@ -33,14 +37,25 @@ pub fn account(m: &MemoryModel, p: &Placement) -> [DeviceUse; 2] {
     let mut out = [DeviceUse::default(); 2];
     for d in [Device::Cpu, Device::Gpu] {
         let u = &mut out[d.index()];
-        for (&dev, &w) in p.layers.iter().zip(&m.layer_weight_bytes) {
+        let cpu = d == Device::Cpu;
+        for (l, (&dev, &w)) in p.layers.iter().zip(&m.layer_weight_bytes).enumerate() {
             if dev == d {
-                u.weights += w;
+                let packed = match cpu {
+                    true => m.cpu_packed_layer_bytes.get(l).copied().unwrap_or(0),
+                    false => 0,
+                };
+                u.weights += w.saturating_sub(packed);
+                u.packed += packed;
                 u.kv += m.kv_bytes_per_layer;
             }
         }
         if p.head == d {
-            u.weights += m.head_bytes;
+            let packed = if cpu { m.cpu_packed_head_bytes } else { 0 };
+            u.packed += packed;
+            u.weights += match m.tied_embeddings {
+                true => m.head_bytes,
+                false => m.head_bytes.saturating_sub(packed),
+            };
         }
         if p.embed == d || (m.tied_embeddings && p.head == d) {
             u.weights += m.embed_bytes;
@@ -58,7 +73,7 @@ pub fn account(m: &MemoryModel, p: &Placement) -> [DeviceUse; 2] {
                 }
             }
         }
-        u.peak = u.weights + u.kv + u.scratch + u.staging;
+        u.peak = u.weights + u.kv + u.scratch + u.staging + u.packed;
     }
     out
 }

@@ -38,6 +38,14 @@ pub struct MemoryModel {
     /// A tied head reads the embedding table; [`account`] places that table on each device
     /// that needs it, once.
     pub head_bytes: u64,
+    /// Bytes of block `l`'s matrices packed at load for the CPU GEMM (`PackedWeights`) when the
+    /// block runs on the CPU: anonymous memory in place of those weights' mmap pages. Zero
+    /// without packing (`--no-repack`, an ISA or format without a packed layout); filled by
+    /// [`MemoryModel::with_cpu_packing`].
+    pub cpu_packed_layer_bytes: Vec<u64>,
+    /// The same for the head's matrix on the CPU (a tied head's packed embedding table comes
+    /// on top of the table's pages, which the embedding stage still reads).
+    pub cpu_packed_head_bytes: u64,
     /// File tensors no stage reads (counted in [`MemoryModel::weights_total`] only).
     pub other_bytes: u64,
     pub tied_embeddings: bool,
@@ -248,8 +256,10 @@ impl MemoryModel {
             n_layer: cfg.n_layer,
             n_ctx,
             embed_bytes: embed,
+            cpu_packed_layer_bytes: vec![0; layers.len()],
             layer_weight_bytes: layers,
             head_bytes: head,
+            cpu_packed_head_bytes: 0,
             other_bytes: other,
             tied_embeddings: cfg.tied_embeddings,
             kv_bits,
@@ -260,6 +270,21 @@ impl MemoryModel {
             gpu_transfer_bytes: transfer,
         }
         .checked()
+    }
+
+    /// This model with the CPU's weights packed at load as `Model::load` packs them (see
+    /// `LoadOptions::no_repack`).
+    pub fn with_cpu_packing(mut self, g: &Gguf, cfg: &Config) -> Result<MemoryModel> {
+        use crate::cpu_backend::PackedWeights;
+        let mut on = vec![false; cfg.n_layer];
+        self.cpu_packed_layer_bytes = (0..cfg.n_layer)
+            .map(|l| {
+                on.iter_mut().enumerate().for_each(|(i, v)| *v = i == l);
+                PackedWeights::bytes_for(g, cfg, &on, false)
+            })
+            .collect::<Result<_>>()?;
+        self.cpu_packed_head_bytes = PackedWeights::bytes_for(g, cfg, &[], true)?;
+        Ok(self)
     }
 
     /// From architecture numbers: weight bytes = ⌈params · weight_bits / 8⌉, spread over the
@@ -373,6 +398,8 @@ impl MemoryModel {
             n_ctx,
             embed_bytes,
             layer_weight_bytes: vec![layer_bytes; n_layer],
+            cpu_packed_layer_bytes: vec![0; n_layer],
+            cpu_packed_head_bytes: 0,
             head_bytes,
             other_bytes: 0,
             tied_embeddings: a.tied_embeddings,

@@ -89,6 +89,7 @@ pub fn plan(m: &MemoryModel, ram: u64, gpu_budget: Option<u64>) -> PlanReport {
         row("KV cache", |u| u.kv),
         row("scratch", |u| u.scratch),
         row("staging", |u| u.staging),
+        row("packed", |u| u.packed),
         row("total", |u| u.peak),
     ];
     let anonymous_fits = cpu.anonymous() <= ram;

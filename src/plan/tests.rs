@@ -138,6 +138,8 @@ fn toy(tied: bool) -> MemoryModel {
         embed_bytes: 50,
         layer_weight_bytes: vec![100; 4],
         head_bytes: 300,
+        cpu_packed_layer_bytes: vec![0; 4],
+        cpu_packed_head_bytes: 0,
         other_bytes: 0,
         tied_embeddings: tied,
         kv_bits: 32.0,
@@ -146,6 +148,26 @@ fn toy(tied: bool) -> MemoryModel {
         gpu_scratch_bytes: 5,
         gpu_staging_bytes: 1,
         gpu_transfer_bytes: 3,
+    }
+}
+
+/// Packed CPU weights are anonymous memory in place of the mmap pages they replace; the GPU's
+/// share is unchanged; a tied head's packed table comes on top of the embedding's pages.
+#[test]
+fn account_packed_cpu_weights() {
+    for tied in [false, true] {
+        let mut m = toy(tied);
+        m.cpu_packed_layer_bytes = vec![60; 4];
+        m.cpu_packed_head_bytes = 200;
+        let [cpu, _] = account(&m, &Placement::all(Device::Cpu, 4));
+        let head = if tied { 300 } else { 100 };
+        assert_eq!(cpu.weights, 50 + 4 * 40 + head, "tied {tied}");
+        assert_eq!(cpu.packed, 4 * 60 + 200);
+        assert_eq!(cpu.anonymous(), cpu.kv + cpu.scratch + cpu.packed);
+        assert_eq!(cpu.peak, cpu.weights + cpu.anonymous());
+        let [c2, g2] = account(&m, &Placement::gpu_layers(2, 4));
+        assert_eq!((c2.packed, g2.packed), (2 * 60, 0));
+        assert_eq!(g2, account(&toy(tied), &Placement::gpu_layers(2, 4))[1]);
     }
 }
 
@@ -162,6 +184,7 @@ fn account_by_hand() {
             kv: 20,
             scratch: 5,
             staging: 1,
+            packed: 0,
             peak: 526
         }
     );
@@ -173,6 +196,7 @@ fn account_by_hand() {
             kv: 20,
             scratch: 7,
             staging: 0,
+            packed: 0,
             peak: 277
         }
     );

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::cpu_backend::CpuBackend;
+use crate::cpu_backend::{CpuBackend, PackedWeights};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
@@ -78,6 +78,8 @@ pub struct Exec {
     n_ctx: usize,
     batch: usize,
     f32_activations: bool,
+    /// The model's CPU matrices packed at load, shared by its sessions' CPU backends.
+    cpu_packed: Arc<PackedWeights>,
     /// Element types of every layer's K and V cache.
     kv_types: KvTypes,
     /// Made when a placement first puts a stage on the CPU.
@@ -163,6 +165,7 @@ impl Exec {
         batch: usize,
         f32_activations: bool,
         kv_types: KvTypes,
+        cpu_packed: Arc<PackedWeights>,
     ) -> Result<Exec> {
         if n_ctx == 0 || batch == 0 {
             return Err(Error::InvalidArgument(
@@ -180,6 +183,7 @@ impl Exec {
             batch,
             f32_activations,
             kv_types,
+            cpu_packed,
             cpu: None,
             gpu: None,
             placement: placement.clone(),
@@ -251,6 +255,7 @@ impl Exec {
                 self.kv_types,
             )?;
             b.set_f32_activations(self.f32_activations);
+            b.set_packed(self.cpu_packed.clone());
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             self.cpu = Some((b, s));
         }

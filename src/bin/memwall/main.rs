@@ -50,6 +50,10 @@ struct ModelArgs {
     /// which the CPU and GPU paths agree to f32 rounding).
     #[arg(long)]
     f32_activations: bool,
+    /// Do not pack the CPU's weights at load for its AVX-512 GEMM (saves their size in
+    /// anonymous memory; the GEMM then rearranges them per call, slower decode).
+    #[arg(long)]
+    no_repack: bool,
     /// Run the last N transformer blocks and the output head on the GPU and the rest on the
     /// CPU (the hidden state crosses once per token) [default: every stage on the GPU device].
     #[arg(long = "gpu-layers", visible_alias = "ngl", value_name = "N")]
@@ -259,6 +263,7 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
         threads: args.threads,
         device: memwall::engine::DeviceChoice::parse(&args.device)?,
         f32_activations: args.f32_activations,
+        no_repack: args.no_repack,
         gpu_layers: args.gpu_layers,
         gpu_mem_budget: args
             .gpu_mem_budget

@@ -33,6 +33,9 @@ pub(crate) struct BenchArgs {
     /// Keep matmul activations in f32.
     #[arg(long)]
     f32_activations: bool,
+    /// Do not pack the CPU's weights at load (see `run --no-repack`).
+    #[arg(long)]
+    no_repack: bool,
     #[command(flatten)]
     cache: CacheTypeArgs,
     /// Only measure each device's memory bandwidth (no model).
@@ -113,6 +116,10 @@ pub(crate) struct PlanArgs {
     kv_bits: Option<f64>,
     #[command(flatten)]
     cache: CacheTypeArgs,
+    /// Plan as `run --no-repack` loads (with -m): the CPU's weights stay mmap pages only,
+    /// instead of packed copies in anonymous memory.
+    #[arg(long)]
+    no_repack: bool,
     /// Parameter count, e.g. 35B, 135M, 7000000000 (architecture form).
     #[arg(long)]
     params: Option<String>,
@@ -176,6 +183,9 @@ pub(crate) fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
             let n_ctx = a.ctx.unwrap_or(cfg.n_ctx_train.min(4096));
             let kv_bits = a.kv_bits.unwrap_or(a.cache.types().mean_bits());
             let mut m = MemoryModel::from_gguf(&g, &cfg, n_ctx, kv_bits)?;
+            if !a.no_repack {
+                m = m.with_cpu_packing(&g, &cfg)?;
+            }
             m.source = path.display().to_string();
             m
         }
@@ -217,6 +227,7 @@ pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         probe: !a.no_probe,
         probe_bytes: a.probe_mib.saturating_mul(1 << 20),
         f32_activations: a.f32_activations,
+        no_repack: a.no_repack,
         cache_type_k: a.cache.k,
         cache_type_v: a.cache.v,
         ..Default::default()
