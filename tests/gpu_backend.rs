@@ -404,10 +404,11 @@ fn fused_layers_match_the_unfused_ops_bit_for_bit() {
         launches.0, launches.1
     );
     // Per layer: one stacked Q/K/V launch instead of three matvecs, one gate/up instead of
-    // two, and no add after Wo or Down.
+    // two, no add after Wo or Down, and RoPE of Q and K in one launch (`rope_qk`) instead of
+    // the trait's default of one `rope` each.
     assert_eq!(
         launches.1 - launches.0,
-        5 * cfg.n_layer as u64,
+        6 * cfg.n_layer as u64,
         "launches saved per decode step"
     );
 }

@@ -72,6 +72,9 @@ impl PackedWeights {
         for id in matrices(cfg, layers, head) {
             if let Some(p) = PackedWeight::pack(isa, &view(g, id)?)? {
                 mats.insert(id, p);
+                // The matmuls read the packed copy from now on; the load's prefault made the
+                // file's pages resident, and without this they would hold the same bytes twice.
+                g.release_pages(g.require_tensor(&id.tensor_name())?);
             }
         }
         Ok(PackedWeights {

@@ -403,4 +403,29 @@ impl Gguf {
     pub fn bytes(&self) -> &[u8] {
         self.bytes.as_slice()
     }
+
+    /// Lets the OS drop `t`'s resident pages now (a tensor whose data has been copied, e.g.
+    /// packed for the CPU's GEMM, so the copy does not count twice in the process's memory).
+    /// Best effort: the pages come back from the file on the next read, so a refusal (or an
+    /// image held in memory, or a non-Unix OS) changes nothing but the memory held.
+    pub fn release_pages(&self, t: &TensorInfo) {
+        #[cfg(unix)]
+        if let Bytes::Mapped(m) = &self.bytes {
+            let (Ok(off), Ok(len)) = (usize::try_from(t.file_offset), usize::try_from(t.n_bytes))
+            else {
+                return;
+            };
+            if off.checked_add(len).is_some_and(|end| end <= m.len()) {
+                // SAFETY: the map is a read-only file mapping that memwall never writes, so
+                // MADV_DONTNEED only drops clean pages: the next read of any byte in the range
+                // (including the neighbours sharing its first and last page) faults the same
+                // file contents back in. No slice into the map sees a change.
+                let _ = unsafe {
+                    m.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, off, len)
+                };
+            }
+        }
+        #[cfg(not(unix))]
+        let _ = t;
+    }
 }
