@@ -304,12 +304,10 @@ impl Kernels {
         n_tokens: usize,
         pos0: usize,
     ) -> Result<Vec<Launch<'a>>> {
-        let path = if n_tokens <= SPLIT_MAX_TOKENS {
-            AttentionPath::Split
-        } else {
-            AttentionPath::Prefill
-        };
-        self.attention_launches_with(path, q, k_cache, v_cache, scratch, out, cfg, n_tokens, pos0)
+        let (launches, _) = self.attention_launches_quant(
+            q, k_cache, v_cache, scratch, out, None, cfg, n_tokens, pos0,
+        )?;
+        Ok(launches)
     }
 
     /// As [`Kernels::attention_launches`]; with `quant` = (qx, qd) (`[n_tokens, q_dim / 4]`

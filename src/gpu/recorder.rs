@@ -60,6 +60,9 @@ pub struct Recorder {
     pub profile: Option<HashMap<String, (u64, f64)>>,
 }
 
+/// The profile's entry for [`Recorder::empty_round_trip`].
+const ROUND_TRIP: &str = "(empty submit + wait)";
+
 impl Recorder {
     /// Bytes of the uniform ring.
     pub fn ring_bytes(&self) -> u64 {
@@ -167,13 +170,42 @@ impl Recorder {
                 .poll(wgpu::PollType::wait_indefinitely())
                 .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
             let dt = t.elapsed().as_secs_f64();
+            let base = self.empty_round_trip(ctx)?;
             if let Some(p) = self.profile.as_mut() {
-                let e = p.entry(launch.key.label()).or_insert((0, 0.0));
-                e.0 += 1;
-                e.1 += dt;
+                for (key, dt) in [(launch.key.label(), dt), (ROUND_TRIP.into(), base)] {
+                    let e = p.entry(key).or_insert((0, 0.0));
+                    e.0 += 1;
+                    e.1 += dt;
+                }
             }
         }
         Ok(())
+    }
+
+    /// Seconds to write one parameter slot, submit an empty pass and wait: what every profiled
+    /// launch pays on top of its kernel (on lavapipe ~0.2 ms, about as much as a small
+    /// kernel's whole figure; a normal pass submits hundreds of launches at once, where a
+    /// launch costs ~0.02-0.05 ms: `cargo bench --bench gpu_launch`). Sampled after each
+    /// profiled launch, under the same load, so the report can subtract it.
+    fn empty_round_trip(&mut self, ctx: &GpuContext) -> Result<f64> {
+        let t = std::time::Instant::now();
+        ctx.scoped("profile round trip", || {
+            // The ring is free: the launch just profiled has completed.
+            ctx.queue
+                .write_buffer(&self.ring, 0, &[0u8; PARAMS_SLOT as usize]);
+            let mut enc = ctx
+                .device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor {
+                    label: Some("profile round trip"),
+                });
+            drop(enc.begin_compute_pass(&wgpu::ComputePassDescriptor::default()));
+            ctx.queue.submit([enc.finish()]);
+            Ok(())
+        })?;
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("wait for the GPU: {e}")))?;
+        Ok(t.elapsed().as_secs_f64())
     }
 
     /// The profile as lines `kernel launches total_ms ms_per_launch`, slowest first.
@@ -181,13 +213,26 @@ impl Recorder {
         let p = self.profile.as_ref()?;
         let mut v: Vec<_> = p.iter().collect();
         v.sort_by(|a, b| b.1 .1.total_cmp(&a.1 .1));
+        // Mean empty submit + wait, measured beside every launch (not part of the total).
+        let base = p
+            .get(ROUND_TRIP)
+            .map_or(0.0, |(n, t)| t / (*n).max(1) as f64);
+        v.retain(|e| e.0 != ROUND_TRIP);
         let total: f64 = v.iter().map(|e| e.1 .1).sum();
-        let mut s = format!("GPU profile: {:.1} ms in all\n", total * 1e3);
+        let launches: u64 = v.iter().map(|e| e.1 .0).sum();
+        let mut s = format!(
+            "GPU profile: {:.1} ms in all, each launch submitted and waited for alone; \
+             an empty submit + wait takes {:.3} ms (net: minus that, {:.1} ms in all)\n",
+            total * 1e3,
+            base * 1e3,
+            (total - base * launches as f64) * 1e3
+        );
         for (k, (n, t)) in v {
             s += &format!(
-                "{k:28} {n:7} launches {:10.1} ms {:8.3} ms each\n",
+                "{k:28} {n:7} launches {:10.1} ms {:8.3} ms each {:8.3} net\n",
                 t * 1e3,
-                t * 1e3 / *n as f64
+                t * 1e3 / *n as f64,
+                (t / *n as f64 - base) * 1e3
             );
         }
         Some(s)

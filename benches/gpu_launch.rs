@@ -1,0 +1,208 @@
+//! What one compute launch costs on the default adapter (issue 5: on lavapipe the decode's
+//! small kernels, ~0.2-0.4 ms each, are ~30% of a token). Each case records `CALLS` dispatches
+//! of one trivial shader, each in its own compute pass as the recorder does, submits once and
+//! waits; the figure is wall time / CALLS (median of 5 after a warm-up). Cases: an empty
+//! kernel with 1 workgroup of 8, 64 and 256 invocations; 256 invocations with 1, 4 and 8
+//! `workgroupBarrier()`s (llvmpipe runs a workgroup's SIMD groups as coroutines on one thread,
+//! and each barrier switches between all of them); 18 and 64 workgroups of 64 (the spread
+//! over llvmpipe's threads); and a tree sum of 576 values in 1 workgroup of 64 and 256 (the
+//! shape of rmsnorm's reduction). WGPU_BACKEND picks another backend.
+//!
+//! `cargo bench --bench gpu_launch`
+
+use std::time::Instant;
+
+use memwall::gpu::{DeviceSelector, GpuContext};
+
+const CALLS: usize = 200;
+
+// A shader with workgroup size `wg` whose body is `body` (it may use lid, wid, buf, red).
+fn shader(wg: u32, body: &str) -> String {
+    format!(
+        "@group(0) @binding(0) var<storage, read_write> buf: array<f32>;
+var<workgroup> red: array<f32, 256>;
+@compute @workgroup_size({wg})
+fn main(@builtin(local_invocation_index) lid: u32, @builtin(workgroup_id) wid: vec3<u32>) {{
+{body}
+}}"
+    )
+}
+
+fn barriers(n: usize) -> String {
+    let mut s = String::from("red[lid] = f32(lid);\n");
+    for _ in 0..n {
+        s.push_str("workgroupBarrier();\nred[lid] = red[(lid + 1u) & 255u] + 1.0;\n");
+    }
+    s.push_str("if (lid == 0u) { buf[wid.x] = red[0]; }");
+    s
+}
+
+// The portable workgroup tree sum of 576 values (reduce/workgroup.wgsl's shape).
+fn tree_sum(wg: u32) -> String {
+    format!(
+        "var ss = 0.0;
+for (var i = lid; i < 576u; i += {wg}u) {{ let v = buf[i]; ss += v * v; }}
+red[lid] = ss;
+workgroupBarrier();
+for (var s = {wg}u / 2u; s > 0u; s >>= 1u) {{
+    if (lid < s) {{ red[lid] += red[lid + s]; }}
+    workgroupBarrier();
+}}
+if (lid == 0u) {{ buf[600u] = red[0]; }}"
+    )
+}
+
+// Median ms per launch of `src` (overrides `constants`, buffers `binds`) over `groups`.
+fn time_kernel(
+    ctx: &GpuContext,
+    src: &str,
+    constants: &[(&str, f64)],
+    binds: &[(u32, &wgpu::Buffer)],
+    groups: u32,
+) -> f64 {
+    let dev = &ctx.device;
+    let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
+        label: Some("launch"),
+        source: wgpu::ShaderSource::Wgsl(src.into()),
+    });
+    let pipe = dev.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+        label: Some("launch"),
+        layout: None,
+        module: &module,
+        entry_point: Some("main"),
+        compilation_options: wgpu::PipelineCompilationOptions {
+            constants,
+            ..Default::default()
+        },
+        cache: None,
+    });
+    let entries: Vec<wgpu::BindGroupEntry> = binds
+        .iter()
+        .map(|&(binding, b)| wgpu::BindGroupEntry {
+            binding,
+            resource: b.as_entire_binding(),
+        })
+        .collect();
+    let bg = dev.create_bind_group(&wgpu::BindGroupDescriptor {
+        label: Some("launch"),
+        layout: &pipe.get_bind_group_layout(0),
+        entries: &entries,
+    });
+    let run = || {
+        let t = Instant::now();
+        let mut enc = dev.create_command_encoder(&Default::default());
+        for _ in 0..CALLS {
+            let mut pass = enc.begin_compute_pass(&Default::default());
+            pass.set_pipeline(&pipe);
+            pass.set_bind_group(0, &bg, &[]);
+            pass.dispatch_workgroups(groups, 1, 1);
+        }
+        ctx.queue.submit([enc.finish()]);
+        dev.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+        t.elapsed().as_secs_f64() * 1e3 / CALLS as f64
+    };
+    run();
+    let mut ts: Vec<f64> = (0..5).map(|_| run()).collect();
+    ts.sort_by(f64::total_cmp);
+    ts[2]
+}
+
+fn buffer(ctx: &GpuContext, usage: wgpu::BufferUsages, data: &[u32]) -> wgpu::Buffer {
+    let b = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("launch buf"),
+        size: (data.len() * 4) as u64,
+        usage: usage | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let bytes: Vec<u8> = data.iter().flat_map(|w| w.to_le_bytes()).collect();
+    ctx.queue.write_buffer(&b, 0, &bytes);
+    b
+}
+
+const SUBGROUP: &str = include_str!("../shaders/reduce/subgroup.wgsl");
+const WORKGROUP: &str = include_str!("../shaders/reduce/workgroup.wgsl");
+const QUANTIZE_CHUNK: &str = include_str!("../shaders/quantize_chunk.wgsl");
+const RMSNORM_QUANT: &str = include_str!("../shaders/rmsnorm_quant.wgsl");
+const SWIGLU_QUANT: &str = include_str!("../shaders/swiglu_quant.wgsl");
+
+// The decode's rmsnorm_quant (n 576, one row) and swiglu_quant (n 1536) at several
+// workgroup sizes, with and without the exact division.
+fn real_kernels(ctx: &GpuContext) {
+    use wgpu::BufferUsages as U;
+    let vals = |n: usize| -> Vec<u32> {
+        (0..n)
+            .map(|i| ((i as f32 * 0.37).sin() * 2.0).to_bits())
+            .collect()
+    };
+    let x = buffer(ctx, U::STORAGE, &vals(1536));
+    let w = buffer(ctx, U::STORAGE, &vals(1536));
+    let out = buffer(ctx, U::STORAGE, &vals(1536));
+    let qx = buffer(ctx, U::STORAGE, &vec![0; 1536 / 4]);
+    let qd = buffer(ctx, U::STORAGE, &vec![0; 1536 / 8]);
+    // RmsNormParams { n, n_rows, eps, groups_x }
+    let rp = buffer(ctx, U::UNIFORM, &[576, 1, 1e-5f32.to_bits(), 1]);
+    let rbinds = [(0, &x), (1, &w), (2, &out), (3, &rp), (4, &qx), (5, &qd)];
+    let mut reduces = vec![("workgroup", WORKGROUP)];
+    if ctx.has_subgroups() {
+        reduces.push(("subgroup", SUBGROUP));
+    }
+    for (rname, reduce) in reduces {
+        let src = format!("{reduce}\n{QUANTIZE_CHUNK}\n{RMSNORM_QUANT}");
+        for wg in [64.0, 32.0, 8.0] {
+            for exact in [1.0, 0.0] {
+                let c = [("WG", wg), ("EXACT_DIV", exact)];
+                let ms = time_kernel(ctx, &src, &c, &rbinds, 1);
+                let name = format!("rmsnorm_quant {rname} WG {wg} exact {exact}");
+                println!("{name:<44} {ms:8.4} ms");
+            }
+        }
+    }
+    let src = format!("{QUANTIZE_CHUNK}\n{SWIGLU_QUANT}");
+    for wg in [64u32, 16, 8] {
+        // ElementwiseParams { n, groups_x, pad, pad }: 48 chunks of 32
+        let groups = 48u32.div_ceil(wg);
+        let sp = buffer(ctx, U::UNIFORM, &[1536, groups, 0, 0]);
+        let sbinds = [(0, &out), (1, &x), (2, &sp), (3, &qx), (4, &qd)];
+        for exact in [1.0, 0.0] {
+            let c = [("WG", f64::from(wg)), ("EXACT_DIV", exact)];
+            let ms = time_kernel(ctx, &src, &c, &sbinds, groups);
+            let name = format!("swiglu_quant WG {wg} x {groups} exact {exact}");
+            println!("{name:<44} {ms:8.4} ms");
+        }
+    }
+}
+
+fn main() {
+    let ctx = GpuContext::new(&DeviceSelector::Auto).expect("a GPU adapter");
+    let buf = ctx.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("launch buf"),
+        size: 4096 * 4,
+        usage: wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: false,
+    });
+    let write = "if (lid == 0u) { buf[wid.x] = 1.0; }";
+    let cases: Vec<(String, String, u32)> = vec![
+        ("empty, 1 x 8".into(), shader(8, write), 1),
+        ("empty, 1 x 64".into(), shader(64, write), 1),
+        ("empty, 1 x 256".into(), shader(256, write), 1),
+        ("1 barrier, 1 x 256".into(), shader(256, &barriers(1)), 1),
+        ("4 barriers, 1 x 256".into(), shader(256, &barriers(4)), 1),
+        ("8 barriers, 1 x 256".into(), shader(256, &barriers(8)), 1),
+        ("8 barriers, 1 x 64".into(), shader(64, &barriers(8)), 1),
+        ("empty, 18 x 64".into(), shader(64, write), 18),
+        ("empty, 64 x 64".into(), shader(64, write), 64),
+        ("tree sum 576, 1 x 64".into(), shader(64, &tree_sum(64)), 1),
+        (
+            "tree sum 576, 1 x 256".into(),
+            shader(256, &tree_sum(256)),
+            1,
+        ),
+    ];
+    println!("adapter: {} ({})", ctx.info.name, ctx.info.backend);
+    println!("{CALLS} launches per submit, each in its own pass; ms per launch (median of 5)");
+    for (name, src, groups) in cases {
+        let ms = time_kernel(&ctx, &src, &[], &[(0, &buf)], groups);
+        println!("{name:<44} {ms:8.4} ms");
+    }
+    real_kernels(&ctx);
+}
