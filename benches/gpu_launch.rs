@@ -124,6 +124,45 @@ const WORKGROUP: &str = include_str!("../shaders/reduce/workgroup.wgsl");
 const QUANTIZE_CHUNK: &str = include_str!("../shaders/quantize_chunk.wgsl");
 const RMSNORM_QUANT: &str = include_str!("../shaders/rmsnorm_quant.wgsl");
 const SWIGLU_QUANT: &str = include_str!("../shaders/swiglu_quant.wgsl");
+const KV_STORE: &str = include_str!("../shaders/kv_store.wgsl");
+
+// One row of 576 words read from a small and from a 30 MB storage buffer (the tied
+// embedding table's size): whether a launch's cost grows with what it binds.
+fn big_binding(ctx: &GpuContext) {
+    use wgpu::BufferUsages as U;
+    let src = "@group(0) @binding(0) var<storage, read> t: array<u32>;
+@group(0) @binding(1) var<storage, read_write> o: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32) {
+    for (var i = lid; i < 576u; i += 64u) { o[i] = t[1000u * 576u + i]; }
+}";
+    let out = buffer(ctx, U::STORAGE, &vec![0; 576]);
+    for words in [1001 * 576, 30 << 18] {
+        let t = buffer(ctx, U::STORAGE, &vec![7; words]);
+        let ms = time_kernel(ctx, src, &[], &[(0, &t), (1, &out)], 1);
+        let name = format!("one row from {} KiB", words / 256);
+        println!("{name:<44} {ms:8.4} ms");
+    }
+}
+
+// The decode's kv_store into an f16 cache (3 KV heads of 64: 96 words each of K and V), both
+// in one launch and K alone.
+fn kv_store(ctx: &GpuContext) {
+    use wgpu::BufferUsages as U;
+    let src = buffer(ctx, U::STORAGE, &vec![1.5f32.to_bits(); 192]);
+    let cache = buffer(ctx, U::STORAGE, &vec![0; 2048 * 96]);
+    let cache_v = buffer(ctx, U::STORAGE, &vec![0; 2048 * 96]);
+    for (name, units_v) in [("K and V", 96u32), ("K alone", 0)] {
+        let groups = (96 + units_v).div_ceil(64);
+        // KvStoreParams { n_tokens, row_len, pos0, groups_x, units_k, units_v, pad, pad }
+        let p = buffer(ctx, U::UNIFORM, &[1, 192, 100, groups, 96, units_v, 0, 0]);
+        let binds = [(0, &src), (1, &cache), (2, &p), (3, &src), (4, &cache_v)];
+        let c = [("WG", 64.0), ("TYPE", 1.0)];
+        let ms = time_kernel(ctx, KV_STORE, &c, &binds, groups);
+        let name = format!("kv_store f16, {name}");
+        println!("{name:<44} {ms:8.4} ms");
+    }
+}
 
 // The decode's rmsnorm_quant (n 576, one row) and swiglu_quant (n 1536) at several
 // workgroup sizes, with and without the exact division.
@@ -205,4 +244,6 @@ fn main() {
         println!("{name:<44} {ms:8.4} ms");
     }
     real_kernels(&ctx);
+    kv_store(&ctx);
+    big_binding(&ctx);
 }
