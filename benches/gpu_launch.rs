@@ -145,6 +145,49 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+// The decode's embedding lookup (one token) from a Q8_0 table of 1001 and of 49152 rows of
+// 576 (the test model's), each launch submitted and waited for alone as MEMWALL_GPU_PROFILE
+// does, next to an empty submit + wait (the profile showed it at 2-7 ms a launch).
+fn embedding(ctx: &GpuContext) {
+    use memwall::gpu::kernels::{self, Kernels};
+    use memwall::gpu::{PackedMatrix, WeightFormat};
+    let ks = Kernels::with_options(ctx, false).expect("kernels");
+    let out = kernels::upload_f32(ctx, "out", &[0.0; 576]).expect("out");
+    let ids = kernels::upload_u32(ctx, "ids", &[1000]).expect("ids");
+    let empty = || {
+        let t = Instant::now();
+        let enc = ctx.device.create_command_encoder(&Default::default());
+        ctx.queue.submit([enc.finish()]);
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .expect("poll");
+        t.elapsed().as_secs_f64() * 1e3
+    };
+    for rows in [1001usize, 49152] {
+        let packed = PackedMatrix {
+            ty: WeightFormat::Q8_0,
+            rows,
+            cols: 576,
+            quants: vec![0x01020304; rows * 576 / 4],
+            scales: vec![0x3c003c00; (rows * 576 / 32).div_ceil(2)],
+        };
+        let m = kernels::upload_matrix(ctx, &packed).expect("table");
+        let d = ks.embedding(ctx, &m, &ids, &out, 1).expect("embedding");
+        let mut ts: Vec<f64> = (0..21)
+            .map(|_| {
+                let t = Instant::now();
+                kernels::run(ctx, &[&d]).expect("run");
+                t.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ts.sort_by(f64::total_cmp);
+        let mut es: Vec<f64> = (0..21).map(|_| empty()).collect();
+        es.sort_by(f64::total_cmp);
+        let name = format!("embedding q8_0 {rows} rows, alone");
+        println!("{name:<44} {:8.4} ms (empty submit {:.4})", ts[10], es[10]);
+    }
+}
+
 // The decode's kv_store into an f16 cache (3 KV heads of 64: 96 words each of K and V), both
 // in one launch and K alone.
 fn kv_store(ctx: &GpuContext) {
@@ -246,4 +289,5 @@ fn main() {
     real_kernels(&ctx);
     kv_store(&ctx);
     big_binding(&ctx);
+    embedding(&ctx);
 }
