@@ -145,6 +145,46 @@ fn main(@builtin(local_invocation_index) lid: u32) {
     }
 }
 
+// Dequantizing one row of 18 Q8_0-like blocks in 1 workgroup of 64, through a function that
+// returns `array<vec4<f32>, 8>` indexed in loops (the quant fragments' dq_block) and with the
+// words written straight: whether the local array is what costs (the embedding was ~10x
+// slower on Vulkan than on GL).
+fn local_array(ctx: &GpuContext) {
+    use wgpu::BufferUsages as U;
+    let head = "@group(0) @binding(0) var<storage, read> t: array<u32>;
+@group(0) @binding(1) var<storage, read_write> o: array<f32>;
+fn dq(b: u32) -> array<vec4<f32>, 8> {
+    var out: array<vec4<f32>, 8>;
+    for (var k = 0u; k < 8u; k++) {
+        let w = vec4<i32>(bitcast<i32>(t[b * 8u + k]));
+        out[k] = vec4<f32>((w << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+    }
+    return out;
+}
+@compute @workgroup_size(64)
+fn main(@builtin(local_invocation_index) lid: u32) {
+    for (var b = lid; b < 18u; b += 64u) {
+";
+    let via_array = "let w = dq(b);
+        for (var k = 0u; k < 8u; k++) { for (var j = 0u; j < 4u; j++) {
+            let c = b * 32u + 4u * k + j;
+            if (c < 576u) { o[c] = w[k][j]; }
+        } }";
+    let direct = "for (var k = 0u; k < 8u; k++) {
+            let w = vec4<i32>(bitcast<i32>(t[b * 8u + k]));
+            let v = vec4<f32>((w << vec4<u32>(24u, 16u, 8u, 0u)) >> vec4<u32>(24u));
+            for (var j = 0u; j < 4u; j++) { o[b * 32u + 4u * k + j] = v[j]; }
+        }";
+    let t = buffer(ctx, U::STORAGE, &vec![0x01020304; 18 * 8]);
+    let out = buffer(ctx, U::STORAGE, &vec![0; 576]);
+    for (name, body) in [("via local array", via_array), ("direct", direct)] {
+        let src = format!("{head}{body}\n}}\n}}");
+        let ms = time_kernel(ctx, &src, &[], &[(0, &t), (1, &out)], 1);
+        let name = format!("dequant 18 blocks, {name}");
+        println!("{name:<44} {ms:8.4} ms");
+    }
+}
+
 // The decode's embedding lookup (one token) from a Q8_0 table of 1001 and of 49152 rows of
 // 576 (the test model's), each launch submitted and waited for alone as MEMWALL_GPU_PROFILE
 // does, next to an empty submit + wait (the profile showed it at 2-7 ms a launch).
@@ -290,4 +330,5 @@ fn main() {
     kv_store(&ctx);
     big_binding(&ctx);
     embedding(&ctx);
+    local_array(&ctx);
 }
