@@ -16,9 +16,11 @@ pub(crate) struct QAct {
     pub xs: Vec<f32>,
     /// [n_tokens, cols / 32] d * (sum of the chunk's 32 q values).
     pub xs32: Vec<f32>,
-    /// [n_tokens, cols / 32] sum of the chunk's 32 q values (exact integer offsets in the
-    /// AVX-512 GEMM).
-    pub is32: Vec<i32>,
+    /// [n_tokens, cols / 32] -8 and -128 times the sum of the chunk's 32 q values: the exact
+    /// integer offset terms of a Q4_0 and a Q8_0 chunk's dot in the AVX-512 GEMM, stored
+    /// scaled so that its inner loop starts each sum from one broadcast load.
+    pub off8: Vec<i32>,
+    pub off128: Vec<i32>,
     pub cols: usize,
     pub n_tokens: usize,
 }
@@ -31,7 +33,8 @@ impl QAct {
         self.d.resize(n / 32, 0.0);
         self.xs.resize(n / 16, 0.0);
         self.xs32.resize(n / 32, 0.0);
-        self.is32.resize(n / 32, 0);
+        self.off8.resize(n / 32, 0);
+        self.off128.resize(n / 32, 0);
         self.cols = cols;
         self.n_tokens = n_tokens;
     }
@@ -54,11 +57,13 @@ impl QAct {
         &self.xs32[t * c..(t + 1) * c]
     }
 
-    /// Token `t`'s integer chunk sums [cols / 32].
+    /// Token `t`'s integer chunk sums times -`off` (8 or 128) [cols / 32] (`off8`,
+    /// `off128`; any other `off` gives the -8 ones).
     #[inline]
-    pub fn is32(&self, t: usize) -> &[i32] {
+    pub fn offs(&self, t: usize, off: i32) -> &[i32] {
         let c = self.cols / 32;
-        &self.is32[t * c..(t + 1) * c]
+        let v = if off == 128 { &self.off128 } else { &self.off8 };
+        &v[t * c..(t + 1) * c]
     }
 
     /// Quantizes `x` ([n_tokens, cols]) with the portable code.
@@ -70,8 +75,8 @@ impl QAct {
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
             .zip(self.xs32.iter_mut())
-            .zip(self.is32.iter_mut());
-        for (((((xc, qc), d), xs), xs32), is32) in chunks {
+            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()));
+        for (((((xc, qc), d), xs), xs32), (o8, o128)) in chunks {
             let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
@@ -86,7 +91,7 @@ impl QAct {
             xs[0] = dd * sums[0] as f32;
             xs[1] = dd * sums[1] as f32;
             *xs32 = dd * (sums[0] + sums[1]) as f32;
-            *is32 = sums[0] + sums[1];
+            (*o8, *o128) = (-8 * (sums[0] + sums[1]), -128 * (sums[0] + sums[1]));
         }
     }
 
@@ -100,11 +105,11 @@ impl QAct {
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
             .zip(self.xs32.iter_mut())
-            .zip(self.is32.iter_mut());
-        for (((((xc, qc), d), xs), xs32), is32) in chunks {
+            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()));
+        for (((((xc, qc), d), xs), xs32), (o8, o128)) in chunks {
             // SAFETY: the caller selected this path after `is_x86_feature_detected!("avx2")`;
             // the slices are exactly 32 and 2 long, as quant_chunk_avx2 requires.
-            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32, is32) };
+            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32, (o8, o128)) };
         }
     }
 }
@@ -117,7 +122,7 @@ unsafe fn quant_chunk_avx2(
     d: &mut f32,
     xs: &mut [f32],
     xs32: &mut f32,
-    is32: &mut i32,
+    (o8, o128): (&mut i32, &mut i32),
 ) {
     use std::arch::x86_64::*;
     debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2);
@@ -162,7 +167,7 @@ unsafe fn quant_chunk_avx2(
         xs[0] = dd * s0 as f32;
         xs[1] = dd * s1 as f32;
         *xs32 = dd * (s0 + s1) as f32;
-        *is32 = s0 + s1;
+        (*o8, *o128) = (-8 * (s0 + s1), -128 * (s0 + s1));
     }
 }
 
@@ -213,7 +218,7 @@ mod tests {
         assert_eq!(a.d, b.d);
         assert_eq!(a.xs, b.xs);
         assert_eq!(a.xs32, b.xs32);
-        assert_eq!(a.is32, b.is32);
+        assert_eq!((&a.off8, &a.off128), (&b.off8, &b.off128));
         // Quantization error is at most d/2 per element.
         for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
             let d = a.d[i / 32];

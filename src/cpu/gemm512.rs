@@ -23,8 +23,9 @@
 //!
 //! Integer offsets are exact: a Q4_0 chunk's dot is `Σ u q - 8 Σ q` and a Q8_0 chunk's is
 //! `Σ (w + 128) q - 128 Σ q` (unsigned bytes for `vpdpbusd`), both computed in i32 from the
-//! activations' integer chunk sums (`QAct::is32`), as ggml computes them; Q4_1's min term is
-//! `m · dx Σ q` (`QAct::xs32`), as in the `avx2` kernels.
+//! activations' integer chunk sums (`QAct::off8`, `off128`: -O Σ q, the start of each chunk's
+//! i32 sum), as ggml computes them; Q4_1's min term is `m · dx Σ q` (`QAct::xs32`), as in the
+//! `avx2` kernels.
 #![allow(clippy::missing_safety_doc)]
 
 use std::arch::x86_64::*;
@@ -227,19 +228,20 @@ unsafe fn tile<const T: usize, const F: u8>(
         PR * fmt.block_bytes(),
         q_bytes(fmt),
     );
+    const { assert!(T <= TT && TT == 8) };
     assert!(out.len() >= T * PR && p.len() >= nch * cs);
     let mut qp = [std::ptr::null::<i32>(); T];
     let mut dp = [std::ptr::null::<f32>(); T];
     let mut xp = [std::ptr::null::<f32>(); T];
-    let mut ip = [std::ptr::null::<i32>(); T];
+    let mut op = [std::ptr::null::<i32>(); T];
     for t in 0..T {
         let (q, d, _) = act.token(t0 + t);
-        let (xs, is) = (act.xs32(t0 + t), act.is32(t0 + t));
-        assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch && is.len() >= nch);
+        let (xs, os) = (act.xs32(t0 + t), act.offs(t0 + t, off));
+        assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch && os.len() >= nch);
         qp[t] = q.as_ptr() as *const i32;
         dp[t] = d.as_ptr();
         xp[t] = xs.as_ptr();
-        ip[t] = is.as_ptr();
+        op[t] = os.as_ptr();
     }
     let lo4 = _mm512_set1_epi8(15);
     let mut f = [_mm512_setzero_ps(); T];
@@ -268,23 +270,37 @@ unsafe fn tile<const T: usize, const F: u8>(
             } else {
                 _mm512_setzero_ps()
             };
-            for t in 0..T {
-                let q = qp[t].add(8 * c);
-                // Two chains of 4 so more `vpdpbusd` are in flight.
-                let mut a = _mm512_set1_epi32(-off * *ip[t].add(c));
-                let mut b = _mm512_setzero_si512();
-                for g in (0..8).step_by(2) {
-                    a = _mm512_dpbusd_epi32(a, w[g], _mm512_set1_epi32(q.add(g).read_unaligned()));
-                    let x1 = _mm512_set1_epi32(q.add(g + 1).read_unaligned());
-                    b = _mm512_dpbusd_epi32(b, w[g + 1], x1);
-                }
-                let s = _mm512_mul_ps(dv, _mm512_set1_ps(*dp[t].add(c)));
-                let sum = _mm512_cvtepi32_ps(_mm512_add_epi32(a, b));
-                f[t] = _mm512_fmadd_ps(sum, s, f[t]);
-                if min {
-                    f[t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(*xp[t].add(c)), f[t]);
-                }
+            // One copy of the token body per token, written out: left as a loop, LLVM kept
+            // Q4_0's (whose sum starts from the offset) rolled, with `f` in memory and the
+            // pointers reloaded each token, ~25% slower than Q4_1's unrolled one.
+            macro_rules! tokens {
+                ($($t:literal)*) => {$(
+                    if $t < T {
+                        let q = qp[$t].add(8 * c);
+                        // Two chains of 4 so more `vpdpbusd` are in flight; Q4_0 and Q8_0
+                        // start from their exact offset term -O Σ q (one broadcast load).
+                        let mut a = if off != 0 {
+                            _mm512_set1_epi32(*op[$t].add(c))
+                        } else {
+                            _mm512_setzero_si512()
+                        };
+                        let mut b = _mm512_setzero_si512();
+                        for g in (0..8).step_by(2) {
+                            let x0 = _mm512_set1_epi32(q.add(g).read_unaligned());
+                            a = _mm512_dpbusd_epi32(a, w[g], x0);
+                            let x1 = _mm512_set1_epi32(q.add(g + 1).read_unaligned());
+                            b = _mm512_dpbusd_epi32(b, w[g + 1], x1);
+                        }
+                        let s = _mm512_mul_ps(dv, _mm512_set1_ps(*dp[$t].add(c)));
+                        let sum = _mm512_cvtepi32_ps(_mm512_add_epi32(a, b));
+                        f[$t] = _mm512_fmadd_ps(sum, s, f[$t]);
+                        if min {
+                            f[$t] = _mm512_fmadd_ps(mv, _mm512_set1_ps(*xp[$t].add(c)), f[$t]);
+                        }
+                    }
+                )*};
             }
+            tokens!(0 1 2 3 4 5 6 7);
         }
     }
     for (t, ft) in f.iter().enumerate() {
