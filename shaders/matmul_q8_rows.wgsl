@@ -35,15 +35,16 @@ fn xdot(
 // The four rows' chunks dotted with chunk ci = t * blocks_per_row + b of qx / qd: each
 // activation word is loaded and sign-extended once for the four rows.
 fn tok4(c0: QChunk, c1: QChunk, c2: QChunk, c3: QChunk, ci: u32) -> vec4<f32> {
-    let q = ci * 8u;
-    let x0 = i8x4(qx[q]);
-    let x1 = i8x4(qx[q + 1u]);
-    let x2 = i8x4(qx[q + 2u]);
-    let x3 = i8x4(qx[q + 3u]);
-    let x4 = i8x4(qx[q + 4u]);
-    let x5 = i8x4(qx[q + 5u]);
-    let x6 = i8x4(qx[q + 6u]);
-    let x7 = i8x4(qx[q + 7u]);
+    let qa = qx[ci * 2u];
+    let qb = qx[ci * 2u + 1u];
+    let x0 = i8x4(qa.x);
+    let x1 = i8x4(qa.y);
+    let x2 = i8x4(qa.z);
+    let x3 = i8x4(qa.w);
+    let x4 = i8x4(qb.x);
+    let x5 = i8x4(qb.y);
+    let x6 = i8x4(qb.z);
+    let x7 = i8x4(qb.w);
     // Three scalar loads: the fourth component (d Σq) is not used.
     let xd = vec3<f32>(qd[ci].x, qd[ci].y, qd[ci].z);
     return vec4<f32>(

@@ -25,11 +25,13 @@ const ROWS: u32 = 4u;
 // Chunk `ch` (chunk b of a row) dotted with chunk ci = t * blocks_per_row + b of qx/qd: the
 // integer chunk sums and f32 operation order of the CPU (src/cpu/scalar.rs `dot_q_row`).
 fn chunk_dot(ch: QChunk, ci: u32) -> f32 {
+    let xa = qx[ci * 2u];
+    let xb = qx[ci * 2u + 1u];
     var s0 = 0;
     var s1 = 0;
     for (var k = 0u; k < 4u; k++) {
-        s0 += dot_i8x4(ch.u[k], qx[ci * 8u + k]);
-        s1 += dot_i8x4(ch.u[k + 4u], qx[ci * 8u + 4u + k]);
+        s0 += dot_i8x4(ch.u[k], xa[k]);
+        s1 += dot_i8x4(ch.u[k + 4u], xb[k]);
     }
     let xd = qd[ci];
     return ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y + ch.c.y * xd.z;
@@ -50,10 +52,11 @@ struct XChunk {
 }
 
 fn load_x(ci: u32) -> XChunk {
-    let o = ci * 8u;
+    let a = qx[ci * 2u];
+    let b = qx[ci * 2u + 1u];
     return XChunk(
-        i8x4(qx[o]), i8x4(qx[o + 1u]), i8x4(qx[o + 2u]), i8x4(qx[o + 3u]),
-        i8x4(qx[o + 4u]), i8x4(qx[o + 5u]), i8x4(qx[o + 6u]), i8x4(qx[o + 7u]),
+        i8x4(a.x), i8x4(a.y), i8x4(a.z), i8x4(a.w),
+        i8x4(b.x), i8x4(b.y), i8x4(b.z), i8x4(b.w),
         qd[ci],
     );
 }

@@ -34,8 +34,10 @@ struct MatvecQ8Params {
     rows_per_inv: u32,
 }
 
-// [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)
-@group(0) @binding(2) var<storage, read> qx: array<u32>;
+// [n_tokens, cols / 16] vec4 of words of four int8 codes each (quantize_act.wgsl writes them
+// as u32): chunk ci is qx[2 ci], qx[2 ci + 1]. Read as vec4: llvmpipe loads a storage word
+// lane by lane, and two vec4 loads cost less than eight u32 loads (benches/gpu_load_paths.rs).
+@group(0) @binding(2) var<storage, read> qx: array<vec4<u32>>;
 // [n_tokens, cols / 32]: (d, d * Σq half 0, d * Σq half 1, d * Σq)
 @group(0) @binding(3) var<storage, read> qd: array<vec4<f32>>;
 @group(0) @binding(5) var<uniform> P: MatvecQ8Params;

@@ -13,8 +13,9 @@
 
 const QK: u32 = 32u;
 
-// [rows, cols / 32, 4] words: the block's 16 code bytes, little-endian.
-@group(0) @binding(0) var<storage, read> wq: array<u32>;
+// [rows, cols / 32] vec4 of words: the block's 16 code bytes, little-endian (one vec4 load
+// per block, as in q4_1.wgsl).
+@group(0) @binding(0) var<storage, read> wq: array<vec4<u32>>;
 // [ceil(rows * cols / 32 / 2)] words: block g's f16 scale d is half (g & 1) of word g / 2.
 @group(0) @binding(1) var<storage, read> ws: array<u32>;
 
@@ -22,9 +23,10 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let g = row * (cols / QK) + blk;
     let d = unpack2x16float(ws[g >> 1u])[g & 1u];
     let shifts = vec4<u32>(0u, 8u, 16u, 24u);
+    let w4 = wq[g];
     var out: array<vec4<f32>, 8>;
     for (var k = 0u; k < 4u; k++) {
-        let w = vec4<u32>(wq[g * 4u + k]) >> shifts;
+        let w = vec4<u32>(w4[k]) >> shifts;
         out[k] = d * (vec4<f32>(w & vec4<u32>(0xFu)) - 8.0);
         out[k + 4u] = d * (vec4<f32>((w >> vec4<u32>(4u)) & vec4<u32>(0xFu)) - 8.0);
     }
@@ -37,12 +39,11 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
 fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
     let g = row * (cols / QK) + chunk;
     let d = unpack2x16float(ws[g >> 1u])[g & 1u];
+    let w = wq[g];
+    let lo = w & vec4<u32>(0x0F0F0F0Fu);
+    let hi = (w >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
     var ch: QChunk;
-    for (var k = 0u; k < 4u; k++) {
-        let w = wq[g * 4u + k];
-        ch.u[k] = w & 0x0F0F0F0Fu;
-        ch.u[k + 4u] = (w >> 4u) & 0x0F0F0F0Fu;
-    }
+    ch.u = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
     ch.mul = vec2<i32>(1);
     ch.dw = d;
     ch.c = vec2<f32>(-8.0 * d);

@@ -5,8 +5,10 @@
 
 const QK: u32 = 32u;
 
-// [rows, cols / 32, 4] words: the block's 16 code bytes, little-endian.
-@group(0) @binding(0) var<storage, read> wq: array<u32>;
+// [rows, cols / 32] vec4 of words: the block's 16 code bytes, little-endian. One vec4 load
+// per block: llvmpipe loads a storage word lane by lane, and one vec4 load costs less than
+// four u32 loads (benches/gpu_load_paths.rs, PERFLOG 2026-12-02 gpuload).
+@group(0) @binding(0) var<storage, read> wq: array<vec4<u32>>;
 // [rows * cols / 32] words: block g's (d, m) as two f16, d in the low half.
 @group(0) @binding(1) var<storage, read> ws: array<u32>;
 
@@ -14,9 +16,10 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let g = row * (cols / QK) + blk;
     let dm = unpack2x16float(ws[g]);
     let shifts = vec4<u32>(0u, 8u, 16u, 24u);
+    let w4 = wq[g];
     var out: array<vec4<f32>, 8>;
     for (var k = 0u; k < 4u; k++) {
-        let w = vec4<u32>(wq[g * 4u + k]) >> shifts;
+        let w = vec4<u32>(w4[k]) >> shifts;
         out[k] = dm.x * vec4<f32>(w & vec4<u32>(0xFu)) + dm.y;
         out[k + 4u] = dm.x * vec4<f32>((w >> vec4<u32>(4u)) & vec4<u32>(0xFu)) + dm.y;
     }
@@ -28,12 +31,11 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
 fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
     let g = row * (cols / QK) + chunk;
     let dm = unpack2x16float(ws[g]);
+    let w = wq[g];
+    let lo = w & vec4<u32>(0x0F0F0F0Fu);
+    let hi = (w >> vec4<u32>(4u)) & vec4<u32>(0x0F0F0F0Fu);
     var ch: QChunk;
-    for (var k = 0u; k < 4u; k++) {
-        let w = wq[g * 4u + k];
-        ch.u[k] = w & 0x0F0F0F0Fu;
-        ch.u[k + 4u] = (w >> 4u) & 0x0F0F0F0Fu;
-    }
+    ch.u = array<u32, 8>(lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w);
     ch.mul = vec2<i32>(1);
     ch.dw = dm.x;
     ch.c = vec2<f32>(dm.y);

@@ -4,8 +4,9 @@
 
 const QK: u32 = 32u;
 
-// [rows, cols / 32, 8] words: the block's 32 code bytes, little-endian.
-@group(0) @binding(0) var<storage, read> wq: array<u32>;
+// [rows, cols / 32, 2] vec4 of words: the block's 32 code bytes, little-endian (two vec4
+// loads per block, as in q4_1.wgsl).
+@group(0) @binding(0) var<storage, read> wq: array<vec4<u32>>;
 // [ceil(rows * cols / 32 / 2)] words: block g's f16 scale d is half (g & 1) of word g / 2.
 @group(0) @binding(1) var<storage, read> ws: array<u32>;
 
@@ -16,7 +17,7 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let up = vec4<u32>(24u, 16u, 8u, 0u);
     var out: array<vec4<f32>, 8>;
     for (var k = 0u; k < 8u; k++) {
-        let w = vec4<i32>(bitcast<i32>(wq[g * 8u + k]));
+        let w = vec4<i32>(bitcast<i32>(wq[g * 2u + k / 4u][k % 4u]));
         out[k] = d * vec4<f32>((w << up) >> vec4<u32>(24u));
     }
     return out;
@@ -26,10 +27,10 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
 // dw = d, c = 0 (src/cpu/formats.rs Q8_0).
 fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
     let g = row * (cols / QK) + chunk;
+    let a = wq[g * 2u];
+    let b = wq[g * 2u + 1u];
     var ch: QChunk;
-    for (var k = 0u; k < 8u; k++) {
-        ch.u[k] = wq[g * 8u + k];
-    }
+    ch.u = array<u32, 8>(a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w);
     ch.mul = vec2<i32>(1);
     ch.dw = unpack2x16float(ws[g >> 1u])[g & 1u];
     ch.c = vec2<f32>(0.0);
