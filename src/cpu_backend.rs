@@ -139,19 +139,31 @@ impl CpuBackend {
         kv_layers: &[bool],
         kv_types: KvTypes,
     ) -> Result<CpuBackend> {
+        Self::with_packed(gguf, cfg, n_ctx, kv_layers, kv_types, Arc::default())
+    }
+
+    /// [`CpuBackend::with_kv_types`] using `packed`'s matrices in the matmuls and its
+    /// dequantized 1-D weights (built at load: the mmap is not read here, so the pages the
+    /// load handed back stay out).
+    pub fn with_packed(
+        gguf: Arc<Gguf>,
+        cfg: Config,
+        n_ctx: usize,
+        kv_layers: &[bool],
+        kv_types: KvTypes,
+        packed: Arc<PackedWeights>,
+    ) -> Result<CpuBackend> {
         Self::check_weights(&gguf, &cfg)?;
         kv_types.check_head_dim(cfg.head_dim)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
         for (id, dims) in Self::expected(&cfg) {
             let t = gguf.require_tensor(&id.tensor_name())?;
-            if dims.len() == 1 {
-                let v = kernels_ref::dequantize_vec(t.ty, gguf.tensor_data(t), dims[0]).map_err(
-                    |e| Error::Tensor {
-                        name: t.name.clone(),
-                        msg: e.to_string(),
-                    },
-                )?;
+            if let [len] = dims[..] {
+                let v = match packed.vec(id) {
+                    Some(v) => v.to_vec(),
+                    None => Self::dequantize_vec(&gguf, id, len)?,
+                };
                 vecs.insert(id, v);
             } else {
                 mats.insert(
@@ -191,7 +203,7 @@ impl CpuBackend {
             kv_len: per_layer,
             kv_types,
             mm: MatmulScratch::default(),
-            packed: Arc::default(),
+            packed,
             f32_activations: false,
             rope_cache: Default::default(),
         };
@@ -204,9 +216,13 @@ impl CpuBackend {
         Ok(b)
     }
 
-    /// Uses `p`'s packed matrices (built for this backend's model) in the matmuls.
-    pub fn set_packed(&mut self, p: Arc<PackedWeights>) {
-        self.packed = p;
+    /// The 1-D weight `id` (`len` values) dequantized from the mmap to `[len] f32`.
+    pub(crate) fn dequantize_vec(g: &Gguf, id: WeightId, len: usize) -> Result<Vec<f32>> {
+        let t = g.require_tensor(&id.tensor_name())?;
+        kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), len).map_err(|e| Error::Tensor {
+            name: t.name.clone(),
+            msg: e.to_string(),
+        })
     }
 
     /// `w` (at `m`)'s view of the mmap, with its packed copy if it has one. (Not a method, so

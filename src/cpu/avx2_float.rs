@@ -9,24 +9,9 @@ use super::{FloatFormat, TILE};
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn load_w8(fmt: FloatFormat, row: &[u8], i: usize) -> __m256 {
-    match fmt {
-        FloatFormat::F32 => {
-            let s = &row[4 * i..4 * i + 32];
-            // SAFETY: `s` holds 8 f32.
-            unsafe { _mm256_loadu_ps(s.as_ptr() as *const f32) }
-        }
-        FloatFormat::F16 => {
-            let s = &row[2 * i..2 * i + 16];
-            // SAFETY: `s` holds 8 halves.
-            _mm256_cvtph_ps(unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) })
-        }
-        FloatFormat::Bf16 => {
-            let s = &row[2 * i..2 * i + 16];
-            // SAFETY: `s` holds 8 bf16.
-            let h = unsafe { _mm_loadu_si128(s.as_ptr() as *const __m128i) };
-            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-        }
-    }
+    let s = &row[fmt_bytes(fmt, i)..fmt_bytes(fmt, i + 8)];
+    // SAFETY: `s` holds 8 values of `fmt`; this function enables load8's target features.
+    unsafe { load8(fmt, s.as_ptr()) }
 }
 
 #[allow(clippy::too_many_arguments)]

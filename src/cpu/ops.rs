@@ -97,13 +97,10 @@ pub fn rope_tokens(
     freq_scale: f32,
     neox: bool,
 ) -> Result<()> {
-    let g = RopeGeom {
-        n_tokens,
-        n_heads,
-        head_dim,
-        n_rot,
-    };
-    rope_span(x, g, pos0 as f64, 1.0, freq_base, freq_scale, neox)
+    let cache = &mut RopeCache::default();
+    rope_tokens_cached(
+        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, neox,
+    )
 }
 
 /// Rotates every token of x: [n_tokens, n_heads, head_dim] by `delta` positions (the same

@@ -7,14 +7,19 @@ use std::time::{Duration, Instant};
 use crate::backend::WeightId;
 use crate::config::Config;
 use crate::cpu::{Isa, PackedWeight, WeightView};
+use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
 
 /// Packed copies of the matrices of the blocks (and head) placed on the CPU, where the CPU's
 /// best ISA has a packed layout for their format; matmuls of other weights read the mmap.
 #[derive(Debug, Default)]
 pub struct PackedWeights {
     mats: HashMap<WeightId, PackedWeight>,
+    /// The 1-D weights (norms, biases), each `[len] f32`, dequantized before any page is
+    /// handed back: reading one from the mmap later would fault back in the whole (large)
+    /// page-cache folio around it, packed neighbours included (ext4 maps up to 2 MiB per fault).
+    vecs: HashMap<WeightId, Vec<f32>>,
     /// How long packing took (part of the model's load time).
     pub time: Duration,
 }
@@ -24,19 +29,21 @@ pub struct PackedWeights {
 fn matrices(cfg: &Config, layers: &[bool], head: bool) -> Vec<WeightId> {
     use WeightId::*;
     let mut ids = Vec::new();
+    // The head first: the largest matrix, packed while little else is held, so its file pages
+    // and its packed copy, both resident until it is done, do not add to the load's peak.
+    if head {
+        ids.push(if cfg.tied_embeddings { TokEmbd } else { Output });
+    }
     for (l, _) in layers.iter().enumerate().filter(|(_, &on)| on) {
         if l < cfg.n_layer {
             ids.extend([Wq(l), Wk(l), Wv(l), Wo(l), Gate(l), Up(l), Down(l)]);
         }
     }
-    if head {
-        ids.push(if cfg.tied_embeddings { TokEmbd } else { Output });
-    }
     ids
 }
 
-/// A weight's view of the mmap: type and [ne1 rows][ne0 cols].
-fn view<'a>(g: &'a Gguf, id: WeightId) -> Result<WeightView<'a>> {
+/// A matrix's tensor and its view of the mmap: type and [ne1 rows][ne0 cols].
+fn matrix(g: &Gguf, id: WeightId) -> Result<(&TensorInfo, WeightView<'_>)> {
     let t = g.require_tensor(&id.tensor_name())?;
     let (cols, rows) = match t.dims.as_slice() {
         [c, r] => (*c as usize, *r as usize),
@@ -47,7 +54,7 @@ fn view<'a>(g: &'a Gguf, id: WeightId) -> Result<WeightView<'a>> {
             })
         }
     };
-    WeightView::new(t.ty, g.tensor_data(t), rows, cols)
+    Ok((t, WeightView::new(t.ty, g.tensor_data(t), rows, cols)?))
 }
 
 impl PackedWeights {
@@ -57,30 +64,56 @@ impl PackedWeights {
         let isa = Isa::best();
         let mut n = 0;
         for id in matrices(cfg, layers, head) {
-            let w = view(g, id)?;
+            let (_, w) = matrix(g, id)?;
             n += PackedWeight::bytes_for(isa, w.ty, w.rows, w.cols);
         }
         Ok(n)
     }
 
-    /// Packs, on the current rayon pool, the matrices of the blocks with `layers[l]` set and
-    /// with `head` the head's.
+    /// Dequantizes the model's 1-D weights and packs, on the current rayon pool, the matrices
+    /// of the blocks with `layers[l]` set and with `head` the head's (none of either: the
+    /// vectors only, as with `--no-repack`).
     pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PackedWeights> {
         let t0 = Instant::now();
         let isa = Isa::best();
+        let mut vecs = HashMap::new();
+        for (id, dims) in CpuBackend::expected(cfg) {
+            if let [len] = dims[..] {
+                vecs.insert(id, CpuBackend::dequantize_vec(g, id, len)?);
+            }
+        }
+        // Reading a norm mapped the folio around it; what the matrices packed below do not
+        // hand back, the load's prefault maps again where the mmap is still read.
+        for id in vecs.keys() {
+            g.release_pages(g.require_tensor(&id.tensor_name())?);
+        }
         let mut mats = HashMap::new();
         for id in matrices(cfg, layers, head) {
-            if let Some(p) = PackedWeight::pack(isa, &view(g, id)?)? {
+            let (t, w) = matrix(g, id)?;
+            if let Some(p) = PackedWeight::pack(isa, &w)? {
                 mats.insert(id, p);
-                // The matmuls read the packed copy from now on; the load's prefault made the
-                // file's pages resident, and without this they would hold the same bytes twice.
-                g.release_pages(g.require_tensor(&id.tensor_name())?);
+                // The matmuls read the packed copy from now on: without this the file's pages
+                // read while packing would hold the same bytes a second time.
+                g.release_pages(t);
             }
         }
         Ok(PackedWeights {
             mats,
+            vecs,
             time: t0.elapsed(),
         })
+    }
+
+    /// The names of the tensors held here, packed or dequantized: the CPU backend never reads
+    /// them from the mmap, so the load does not page them in.
+    pub fn tensor_names(&self) -> impl Iterator<Item = String> + '_ {
+        let ids = self.mats.keys().chain(self.vecs.keys());
+        ids.map(|id| id.tensor_name())
+    }
+
+    /// `id`'s dequantized values, if it is one of the model's 1-D weights.
+    pub fn vec(&self, id: WeightId) -> Option<&[f32]> {
+        self.vecs.get(&id).map(|v| v.as_slice())
     }
 
     /// `id`'s packed copy, if it has one.

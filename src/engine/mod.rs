@@ -1,5 +1,6 @@
 //! Loading a model and running it: the library API the CLI is built on.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,9 +25,11 @@ use crate::tokenizer::Tokenizer;
 
 mod open;
 mod perplexity;
+mod prefault;
 
 use open::{initial_placement, managed, open_gpu};
 pub use perplexity::{perplexity, Perplexity};
+use prefault::{prefault, prefault_plan};
 
 /// Where the model runs.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -159,7 +162,6 @@ impl Model {
     ) -> Result<Model> {
         let t0 = Instant::now();
         let gguf = Arc::new(Gguf::open(path)?);
-        prefault(&gguf, progress);
         let config = Config::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let chat_template = crate::chat::template_from_gguf(&gguf);
@@ -195,18 +197,24 @@ impl Model {
             _ => None,
         };
         let pool = Arc::new(pool);
-        let cpu_packed = if opts.no_repack || opts.stream || opts.f32_activations {
-            PackedWeights::default()
+        let (layers, head) = if opts.no_repack || opts.stream || opts.f32_activations {
+            // No matrix packed: the 1-D weights only.
+            (vec![false; config.n_layer], false)
         } else {
             let on_cpu = |l: usize| {
                 placement.prefill.layers.get(l) == Some(&Device::Cpu)
                     || placement.decode.layers.get(l) == Some(&Device::Cpu)
             };
-            let layers: Vec<bool> = (0..config.n_layer).map(on_cpu).collect();
             let head =
                 placement.prefill.head == Device::Cpu || placement.decode.head == Device::Cpu;
-            pool.install(|| PackedWeights::build(&gguf, &config, &layers, head))?
+            ((0..config.n_layer).map(on_cpu).collect(), head)
         };
+        let cpu_packed = pool.install(|| PackedWeights::build(&gguf, &config, &layers, head))?;
+        // After packing, which read its tensors once and handed the packed ones' pages back,
+        // and without them: paging them in would hold both copies at the peak (and a touch of a
+        // norm maps the whole page-cache folio around it, packed neighbours included).
+        let packed: HashSet<String> = cpu_packed.tensor_names().collect();
+        prefault(&gguf, &prefault_plan(&gguf, &packed), progress);
         Ok(Model {
             cpu_packed: Arc::new(cpu_packed),
             load_fallback,
@@ -310,21 +318,6 @@ impl Model {
     pub fn session(self: &Arc<Self>, n_ctx: usize) -> Result<Session> {
         Session::new(self.clone(), n_ctx)
     }
-}
-
-/// Reads one byte per page of every tensor so the OS maps the weights in now.
-fn prefault(g: &Gguf, progress: &mut dyn FnMut(u64, u64)) {
-    const PAGE: usize = 4096;
-    let total: u64 = g.tensors().iter().map(|t| t.n_bytes).sum();
-    let mut done = 0u64;
-    let mut acc = 0u8;
-    for t in g.tensors() {
-        let data = g.tensor_data(t);
-        acc ^= data.iter().step_by(PAGE).fold(0u8, |a, &b| a ^ b);
-        done += t.n_bytes;
-        progress(done, total);
-    }
-    std::hint::black_box(acc);
 }
 
 /// The model used when none is given: `$MEMWALL_MODEL`, else the test model where

@@ -247,15 +247,15 @@ impl Exec {
     fn cpu_side(&mut self) -> Result<&mut (CpuBackend, Scratch<Vec<f32>>)> {
         if self.cpu.is_none() {
             let kv: Vec<bool> = self.kv_home.iter().map(|&d| d == Device::Cpu).collect();
-            let mut b = CpuBackend::with_kv_types(
+            let mut b = CpuBackend::with_packed(
                 self.gguf.clone(),
                 self.cfg.clone(),
                 self.n_ctx,
                 &kv,
                 self.kv_types,
+                self.cpu_packed.clone(),
             )?;
             b.set_f32_activations(self.f32_activations);
-            b.set_packed(self.cpu_packed.clone());
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             self.cpu = Some((b, s));
         }
