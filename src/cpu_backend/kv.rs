@@ -27,15 +27,12 @@ impl CpuBackend {
             .ok_or_else(|| Error::InvalidArgument(format!("layer {l} of {n_layer}")))?;
         if slot.is_none() {
             let alloc = |bytes: usize| -> Result<Vec<u8>> {
-                let mut v = Vec::new();
-                v.try_reserve_exact(bytes).map_err(|_| Error::OutOfMemory {
+                zeroed(bytes).ok_or_else(|| Error::OutOfMemory {
                     what: format!(
                         "KV cache of layer {l} for a context of {n_ctx} tokens ({} MiB)",
                         (k_bytes + v_bytes) >> 20
                     ),
-                })?;
-                v.resize(bytes, 0);
-                Ok(v)
+                })
             };
             *slot = Some(LayerKv {
                 k: alloc(k_bytes)?,
@@ -44,5 +41,38 @@ impl CpuBackend {
         }
         slot.as_mut()
             .ok_or_else(|| Error::InvalidArgument(format!("no KV cache for layer {l}")))
+    }
+}
+
+/// `bytes` zero bytes, or None when the allocator refuses. Asked of the allocator already
+/// zeroed (calloc) rather than written: a large block comes as fresh pages that stay out of
+/// the resident set until a position is written, so a session's RSS grows with the context
+/// it uses, not the context it may reach (an f16 cache for 4096 positions is ~94 MB on the
+/// test model, most of a short chat never touched).
+fn zeroed(bytes: usize) -> Option<Vec<u8>> {
+    if bytes == 0 {
+        return Some(Vec::new());
+    }
+    let layout = std::alloc::Layout::array::<u8>(bytes).ok()?;
+    // SAFETY: the layout has a non-zero size (checked above).
+    let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+    if ptr.is_null() {
+        return None;
+    }
+    // SAFETY: `ptr` comes from the global allocator with the layout of `bytes` u8s (size
+    // `bytes`, align 1), exactly what a Vec<u8> of capacity `bytes` owns, and all `bytes` are
+    // initialized (zero).
+    Some(unsafe { Vec::from_raw_parts(ptr, bytes, bytes) })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn zeroed_is_all_zero_and_sized() {
+        for n in [0usize, 1, 31, 4096, 3 << 20] {
+            let v = super::zeroed(n).unwrap();
+            assert_eq!((v.len(), v.capacity()), (n, n));
+            assert!(v.iter().all(|&b| b == 0), "{n}");
+        }
     }
 }
