@@ -23,18 +23,30 @@ struct QuantizeActParams {
 @group(0) @binding(2) var<storage, read_write> qd: array<vec4<f32>>;
 @group(0) @binding(3) var<uniform> P: QuantizeActParams;
 
+fn load4(i: u32) -> vec4<f32> {
+    return vec4<f32>(x[i], x[i + 1u], x[i + 2u], x[i + 3u]);
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
     @builtin(local_invocation_index) lid: u32,
 ) {
-    let i = (wid.x + wid.y * P.groups_x) * WG + lid;
-    if (i >= P.n_chunks) {
+    let c = (wid.x + wid.y * P.groups_x) * WG + lid;
+    if (c >= P.n_chunks) {
         return;
     }
-    var v: array<f32, 32>;
-    for (var j = 0u; j < 32u; j++) {
-        v[j] = x[i * 32u + j];
-    }
-    quantize_store(i, v);
+    // No local array (see quantize_store8): the chunk goes in eight vec4.
+    let i = c * 32u;
+    quantize_store8(
+        c,
+        load4(i),
+        load4(i + 4u),
+        load4(i + 8u),
+        load4(i + 12u),
+        load4(i + 16u),
+        load4(i + 20u),
+        load4(i + 24u),
+        load4(i + 28u),
+    );
 }

@@ -26,6 +26,22 @@ struct RmsNormParams {
 // [n_rows, n / 32] chunk scales and sums
 @group(0) @binding(5) var<storage, read_write> qd: array<vec4<f32>>;
 
+// out[base + i] = x[base + i] * scale * weight[i] (rmsnorm.wgsl's product), also returned.
+fn norm1(base: u32, i: u32, scale: f32) -> f32 {
+    let y = x[base + i] * scale * weight[i];
+    out[base + i] = y;
+    return y;
+}
+
+fn norm4(base: u32, i: u32, scale: f32) -> vec4<f32> {
+    return vec4<f32>(
+        norm1(base, i, scale),
+        norm1(base, i + 1u, scale),
+        norm1(base, i + 2u, scale),
+        norm1(base, i + 3u, scale),
+    );
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -44,15 +60,21 @@ fn main(
     }
     let total = wg_sum(ss, lid);
     let scale = 1.0 / sqrt(total / f32(P.n) + P.eps);
-    // Each invocation normalises and quantizes whole chunks of 32.
+    // Each invocation normalises and quantizes whole chunks of 32, in eight vec4 (no local
+    // array: see quantize_store8).
     let nc = P.n / 32u;
     for (var c = lid; c < nc; c += WG) {
-        var v: array<f32, 32>;
-        for (var j = 0u; j < 32u; j++) {
-            let i = c * 32u + j;
-            v[j] = x[base + i] * scale * weight[i];
-            out[base + i] = v[j];
-        }
-        quantize_store(row * nc + c, v);
+        let i = c * 32u;
+        quantize_store8(
+            row * nc + c,
+            norm4(base, i, scale),
+            norm4(base, i + 4u, scale),
+            norm4(base, i + 8u, scale),
+            norm4(base, i + 12u, scale),
+            norm4(base, i + 16u, scale),
+            norm4(base, i + 20u, scale),
+            norm4(base, i + 24u, scale),
+            norm4(base, i + 28u, scale),
+        );
     }
 }

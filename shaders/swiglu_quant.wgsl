@@ -24,6 +24,19 @@ struct ElementwiseParams {
 // [n / 32] chunk scales and sums
 @group(0) @binding(4) var<storage, read_write> qd: array<vec4<f32>>;
 
+// gate[i] = silu(gate[i]) * up[i], also returned.
+fn swiglu1(i: u32) -> f32 {
+    let g = gate[i];
+    // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
+    let y = g / (1.0 + exp(-g)) * up[i];
+    gate[i] = y;
+    return y;
+}
+
+fn swiglu4(i: u32) -> vec4<f32> {
+    return vec4<f32>(swiglu1(i), swiglu1(i + 1u), swiglu1(i + 2u), swiglu1(i + 3u));
+}
+
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -33,13 +46,17 @@ fn main(
     if (c >= P.n / 32u) {
         return;
     }
-    var v: array<f32, 32>;
-    for (var j = 0u; j < 32u; j++) {
-        let i = c * 32u + j;
-        let g = gate[i];
-        // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
-        v[j] = g / (1.0 + exp(-g)) * up[i];
-        gate[i] = v[j];
-    }
-    quantize_store(c, v);
+    // No local array (see quantize_store8): the chunk goes in eight vec4.
+    let i = c * 32u;
+    quantize_store8(
+        c,
+        swiglu4(i),
+        swiglu4(i + 4u),
+        swiglu4(i + 8u),
+        swiglu4(i + 12u),
+        swiglu4(i + 16u),
+        swiglu4(i + 20u),
+        swiglu4(i + 24u),
+        swiglu4(i + 28u),
+    );
 }
