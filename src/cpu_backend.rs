@@ -1,5 +1,6 @@
 //! The CPU backend: `Backend` over the fast kernels in `cpu`, reading weights straight from the
-//! memory map. Norm weights and biases (a few KB per layer) are copied to f32 at start-up.
+//! memory map, or the model's `PreparedWeights` where it holds them: matrices packed at load
+//! and the norm weights and biases (a few KB per layer) dequantized to f32.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +20,8 @@ use f32act::matmul_f32_act;
 use kernels_ref::GgmlType;
 use kv::LayerKv;
 
-mod packed;
-pub use packed::PackedWeights;
+mod prepared;
+pub use prepared::PreparedWeights;
 
 /// Where a matrix lives in the file and how it is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -48,8 +49,9 @@ pub struct CpuBackend {
     /// Element types of the K and V caches.
     kv_types: KvTypes,
     mm: MatmulScratch,
-    /// Matrices packed at load for the GEMM, read instead of the mmap where present.
-    packed: Arc<PackedWeights>,
+    /// The model's weights prepared at load: its packed matrices are read instead of the mmap
+    /// where present (its vectors are copied into `vecs`).
+    prepared: Arc<PreparedWeights>,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
     /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
@@ -139,19 +141,19 @@ impl CpuBackend {
         kv_layers: &[bool],
         kv_types: KvTypes,
     ) -> Result<CpuBackend> {
-        Self::with_packed(gguf, cfg, n_ctx, kv_layers, kv_types, Arc::default())
+        Self::with_prepared(gguf, cfg, n_ctx, kv_layers, kv_types, Arc::default())
     }
 
-    /// [`CpuBackend::with_kv_types`] using `packed`'s matrices in the matmuls and its
+    /// [`CpuBackend::with_kv_types`] using `prepared`'s packed matrices in the matmuls and its
     /// dequantized 1-D weights (built at load: the mmap is not read here, so the pages the
     /// load handed back stay out).
-    pub fn with_packed(
+    pub fn with_prepared(
         gguf: Arc<Gguf>,
         cfg: Config,
         n_ctx: usize,
         kv_layers: &[bool],
         kv_types: KvTypes,
-        packed: Arc<PackedWeights>,
+        prepared: Arc<PreparedWeights>,
     ) -> Result<CpuBackend> {
         Self::check_weights(&gguf, &cfg)?;
         kv_types.check_head_dim(cfg.head_dim)?;
@@ -160,7 +162,7 @@ impl CpuBackend {
         for (id, dims) in Self::expected(&cfg) {
             let t = gguf.require_tensor(&id.tensor_name())?;
             if let [len] = dims[..] {
-                let v = match packed.vec(id) {
+                let v = match prepared.vec(id) {
                     Some(v) => v.to_vec(),
                     None => Self::dequantize_vec(&gguf, id, len)?,
                 };
@@ -203,7 +205,7 @@ impl CpuBackend {
             kv_len: per_layer,
             kv_types,
             mm: MatmulScratch::default(),
-            packed,
+            prepared,
             f32_activations: false,
             rope_cache: Default::default(),
         };
@@ -229,13 +231,13 @@ impl CpuBackend {
     /// the views borrow these fields only and the matmul scratch stays free.)
     fn view<'a>(
         gguf: &'a Gguf,
-        packed: &'a PackedWeights,
+        prepared: &'a PreparedWeights,
         w: WeightId,
         m: MatRef,
     ) -> Result<WeightView<'a>> {
         let data = &gguf.bytes()[m.offset..m.offset + m.n_bytes];
         let v = WeightView::new(m.ty, data, m.rows, m.cols)?;
-        match packed.get(w) {
+        match prepared.get(w) {
             Some(p) => v.with_packed(p),
             None => Ok(v),
         }
@@ -272,7 +274,7 @@ impl CpuBackend {
         let mut views = Vec::with_capacity(ws.len());
         let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
         for (&w, out) in ws.iter().zip(outs.iter_mut()) {
-            let v = Self::view(&self.gguf, &self.packed, w, self.mat(w)?)?;
+            let v = Self::view(&self.gguf, &self.prepared, w, self.mat(w)?)?;
             ys.push(&mut out[..n * v.rows]);
             views.push(v);
         }
@@ -364,7 +366,7 @@ impl Backend for CpuBackend {
                 &mut out[..n * m.rows],
             );
         }
-        let view = Self::view(&self.gguf, &self.packed, w, m)?;
+        let view = Self::view(&self.gguf, &self.prepared, w, m)?;
         let (x, y) = (&x[..n * m.cols], &mut out[..n * m.rows]);
         crate::cpu::matmul(&view, x, n, y, &mut self.mm)
     }

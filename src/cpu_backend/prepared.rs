@@ -1,5 +1,5 @@
-//! The CPU's weights packed once at load for the GEMM (`cpu::PackedWeight`), shared by every
-//! session of a model.
+//! The CPU's weights prepared once at load and shared by every session of a model: matrices
+//! packed for the GEMM (`cpu::PackedWeight`) and the 1-D weights dequantized to f32.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -11,10 +11,12 @@ use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 
-/// Packed copies of the matrices of the blocks (and head) placed on the CPU, where the CPU's
-/// best ISA has a packed layout for their format; matmuls of other weights read the mmap.
+/// What the CPU backend reads instead of the mmap: packed copies of the matrices of the blocks
+/// (and head) placed on the CPU, where the CPU's best ISA has a packed layout for their format
+/// (matmuls of other weights read the mmap), and every 1-D weight dequantized (always, also
+/// with `--no-repack` / `--stream`, which pack no matrix).
 #[derive(Debug, Default)]
-pub struct PackedWeights {
+pub struct PreparedWeights {
     mats: HashMap<WeightId, PackedWeight>,
     /// The 1-D weights (norms, biases), each `[len] f32`, dequantized before any page is
     /// handed back: reading one from the mmap later would fault back in the whole (large)
@@ -57,9 +59,9 @@ fn matrix(g: &Gguf, id: WeightId) -> Result<(&TensorInfo, WeightView<'_>)> {
     Ok((t, WeightView::new(t.ty, g.tensor_data(t), rows, cols)?))
 }
 
-impl PackedWeights {
-    /// Bytes `build` would allocate for the same arguments (the memory plan counts them as
-    /// anonymous CPU memory in place of those weights' mmap pages).
+impl PreparedWeights {
+    /// Bytes `build` would allocate for the packed matrices with the same arguments (the memory
+    /// plan counts them as anonymous CPU memory in place of those weights' mmap pages).
     pub fn bytes_for(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<u64> {
         let isa = Isa::best();
         let mut n = 0;
@@ -73,7 +75,7 @@ impl PackedWeights {
     /// Dequantizes the model's 1-D weights and packs, on the current rayon pool, the matrices
     /// of the blocks with `layers[l]` set and with `head` the head's (none of either: the
     /// vectors only, as with `--no-repack`).
-    pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PackedWeights> {
+    pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PreparedWeights> {
         let t0 = Instant::now();
         let isa = Isa::best();
         let mut vecs = HashMap::new();
@@ -97,7 +99,7 @@ impl PackedWeights {
                 g.release_pages(t);
             }
         }
-        Ok(PackedWeights {
+        Ok(PreparedWeights {
             mats,
             vecs,
             time: t0.elapsed(),
@@ -121,7 +123,7 @@ impl PackedWeights {
         self.mats.get(&id)
     }
 
-    /// Bytes held (anonymous memory).
+    /// Bytes of the packed matrices (anonymous memory; the vectors are a few KB a layer).
     pub fn bytes(&self) -> u64 {
         self.mats.values().map(|p| p.bytes() as u64).sum()
     }
