@@ -40,8 +40,8 @@ pub struct CpuBackend {
     cfg: Config,
     n_ctx: usize,
     mats: HashMap<WeightId, MatRef>,
-    /// Norm weights and biases as f32, [width] each.
-    vecs: HashMap<WeightId, Vec<f32>>,
+    /// Norm weights and biases as f32, [width] each (shared with `prepared` when it has them).
+    vecs: HashMap<WeightId, Arc<[f32]>>,
     /// Per layer; `None` for layers that run elsewhere.
     kv: Vec<Option<LayerKv>>,
     /// Values in one layer's K (or V) cache: n_ctx * n_head_kv * head_dim.
@@ -50,7 +50,7 @@ pub struct CpuBackend {
     kv_types: KvTypes,
     mm: MatmulScratch,
     /// The model's weights prepared at load: its packed matrices are read instead of the mmap
-    /// where present (its vectors are copied into `vecs`).
+    /// where present (its vectors are shared into `vecs`).
     prepared: Arc<PreparedWeights>,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
@@ -160,14 +160,14 @@ impl CpuBackend {
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
         for (id, dims) in Self::expected(&cfg) {
-            let t = gguf.require_tensor(&id.tensor_name())?;
             if let [len] = dims[..] {
                 let v = match prepared.vec(id) {
-                    Some(v) => v.to_vec(),
-                    None => Self::dequantize_vec(&gguf, id, len)?,
+                    Some(v) => v.clone(),
+                    None => Self::dequantize_vec(&gguf, id, len)?.1,
                 };
                 vecs.insert(id, v);
             } else {
+                let t = gguf.require_tensor(&id.tensor_name())?;
                 mats.insert(
                     id,
                     MatRef {
@@ -218,13 +218,21 @@ impl CpuBackend {
         Ok(b)
     }
 
-    /// The 1-D weight `id` (`len` values) dequantized from the mmap to `[len] f32`.
-    pub(crate) fn dequantize_vec(g: &Gguf, id: WeightId, len: usize) -> Result<Vec<f32>> {
+    /// The 1-D weight `id`'s tensor and its `len` values dequantized from the mmap to
+    /// `[len] f32`.
+    pub(crate) fn dequantize_vec(
+        g: &Gguf,
+        id: WeightId,
+        len: usize,
+    ) -> Result<(&TensorInfo, Arc<[f32]>)> {
         let t = g.require_tensor(&id.tensor_name())?;
-        kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), len).map_err(|e| Error::Tensor {
-            name: t.name.clone(),
-            msg: e.to_string(),
-        })
+        let v = kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), len).map_err(|e| {
+            Error::Tensor {
+                name: t.name.clone(),
+                msg: e.to_string(),
+            }
+        })?;
+        Ok((t, v.into()))
     }
 
     /// `w` (at `m`)'s view of the mmap, with its packed copy if it has one. (Not a method, so
@@ -285,7 +293,7 @@ impl CpuBackend {
     fn vec(&self, id: WeightId) -> Result<&[f32]> {
         self.vecs
             .get(&id)
-            .map(|v| v.as_slice())
+            .map(|v| &v[..])
             .ok_or_else(|| Error::Tensor {
                 name: id.tensor_name(),
                 msg: "is not a vector of this model".into(),

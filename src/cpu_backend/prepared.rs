@@ -2,6 +2,7 @@
 //! packed for the GEMM (`cpu::PackedWeight`) and the 1-D weights dequantized to f32.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::WeightId;
@@ -21,7 +22,8 @@ pub struct PreparedWeights {
     /// The 1-D weights (norms, biases), each `[len] f32`, dequantized before any page is
     /// handed back: reading one from the mmap later would fault back in the whole (large)
     /// page-cache folio around it, packed neighbours included (ext4 maps up to 2 MiB per fault).
-    vecs: HashMap<WeightId, Vec<f32>>,
+    /// Shared with each session's `CpuBackend`, which does not copy them.
+    vecs: HashMap<WeightId, Arc<[f32]>>,
     /// How long packing took (part of the model's load time).
     pub time: Duration,
 }
@@ -79,15 +81,19 @@ impl PreparedWeights {
         let t0 = Instant::now();
         let isa = Isa::best();
         let mut vecs = HashMap::new();
+        let mut read = Vec::new();
         for (id, dims) in CpuBackend::expected(cfg) {
             if let [len] = dims[..] {
-                vecs.insert(id, CpuBackend::dequantize_vec(g, id, len)?);
+                let (t, v) = CpuBackend::dequantize_vec(g, id, len)?;
+                vecs.insert(id, v);
+                read.push(t);
             }
         }
         // Reading a norm mapped the folio around it; what the matrices packed below do not
-        // hand back, the load's prefault maps again where the mmap is still read.
-        for id in vecs.keys() {
-            g.release_pages(g.require_tensor(&id.tensor_name())?);
+        // hand back, the load's prefault maps again where the mmap is still read. (After all
+        // of them: a neighbour's read would map the folio again.)
+        for t in read {
+            g.release_pages(t);
         }
         let mut mats = HashMap::new();
         for id in matrices(cfg, layers, head) {
@@ -114,8 +120,8 @@ impl PreparedWeights {
     }
 
     /// `id`'s dequantized values, if it is one of the model's 1-D weights.
-    pub fn vec(&self, id: WeightId) -> Option<&[f32]> {
-        self.vecs.get(&id).map(|v| v.as_slice())
+    pub fn vec(&self, id: WeightId) -> Option<&Arc<[f32]>> {
+        self.vecs.get(&id)
     }
 
     /// `id`'s packed copy, if it has one.
