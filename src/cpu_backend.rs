@@ -1,5 +1,6 @@
 //! The CPU backend: `Backend` over the fast kernels in `cpu`, reading weights straight from the
-//! memory map. Norm weights and biases (a few KB per layer) are copied to f32 at start-up.
+//! memory map, or the model's `PreparedWeights` where it holds them: matrices packed at load
+//! and the norm weights and biases (a few KB per layer) dequantized to f32.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +20,8 @@ use f32act::matmul_f32_act;
 use kernels_ref::GgmlType;
 use kv::LayerKv;
 
-mod packed;
-pub use packed::PackedWeights;
+mod prepared;
+pub use prepared::PreparedWeights;
 
 /// Where a matrix lives in the file and how it is shaped.
 #[derive(Debug, Clone, Copy)]
@@ -39,8 +40,8 @@ pub struct CpuBackend {
     cfg: Config,
     n_ctx: usize,
     mats: HashMap<WeightId, MatRef>,
-    /// Norm weights and biases as f32, [width] each.
-    vecs: HashMap<WeightId, Vec<f32>>,
+    /// Norm weights and biases as f32, [width] each (shared with `prepared` when it has them).
+    vecs: HashMap<WeightId, Arc<[f32]>>,
     /// Per layer; `None` for layers that run elsewhere.
     kv: Vec<Option<LayerKv>>,
     /// Values in one layer's K (or V) cache: n_ctx * n_head_kv * head_dim.
@@ -48,8 +49,9 @@ pub struct CpuBackend {
     /// Element types of the K and V caches.
     kv_types: KvTypes,
     mm: MatmulScratch,
-    /// Matrices packed at load for the GEMM, read instead of the mmap where present.
-    packed: Arc<PackedWeights>,
+    /// The model's weights prepared at load: its packed matrices are read instead of the mmap
+    /// where present (its vectors are shared into `vecs`).
+    prepared: Arc<PreparedWeights>,
     /// Matmul inputs stay f32 (weights dequantized per row, f32 dot products) instead of the
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
     /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
@@ -139,33 +141,33 @@ impl CpuBackend {
         kv_layers: &[bool],
         kv_types: KvTypes,
     ) -> Result<CpuBackend> {
-        Self::with_packed(gguf, cfg, n_ctx, kv_layers, kv_types, Arc::default())
+        Self::with_prepared(gguf, cfg, n_ctx, kv_layers, kv_types, Arc::default())
     }
 
-    /// [`CpuBackend::with_kv_types`] using `packed`'s matrices in the matmuls and its
+    /// [`CpuBackend::with_kv_types`] using `prepared`'s packed matrices in the matmuls and its
     /// dequantized 1-D weights (built at load: the mmap is not read here, so the pages the
     /// load handed back stay out).
-    pub fn with_packed(
+    pub fn with_prepared(
         gguf: Arc<Gguf>,
         cfg: Config,
         n_ctx: usize,
         kv_layers: &[bool],
         kv_types: KvTypes,
-        packed: Arc<PackedWeights>,
+        prepared: Arc<PreparedWeights>,
     ) -> Result<CpuBackend> {
         Self::check_weights(&gguf, &cfg)?;
         kv_types.check_head_dim(cfg.head_dim)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
         for (id, dims) in Self::expected(&cfg) {
-            let t = gguf.require_tensor(&id.tensor_name())?;
             if let [len] = dims[..] {
-                let v = match packed.vec(id) {
-                    Some(v) => v.to_vec(),
-                    None => Self::dequantize_vec(&gguf, id, len)?,
+                let v = match prepared.vec(id) {
+                    Some(v) => v.clone(),
+                    None => Self::dequantize_vec(&gguf, id, len)?.1,
                 };
                 vecs.insert(id, v);
             } else {
+                let t = gguf.require_tensor(&id.tensor_name())?;
                 mats.insert(
                     id,
                     MatRef {
@@ -203,7 +205,7 @@ impl CpuBackend {
             kv_len: per_layer,
             kv_types,
             mm: MatmulScratch::default(),
-            packed,
+            prepared,
             f32_activations: false,
             rope_cache: Default::default(),
         };
@@ -216,26 +218,34 @@ impl CpuBackend {
         Ok(b)
     }
 
-    /// The 1-D weight `id` (`len` values) dequantized from the mmap to `[len] f32`.
-    pub(crate) fn dequantize_vec(g: &Gguf, id: WeightId, len: usize) -> Result<Vec<f32>> {
+    /// The 1-D weight `id`'s tensor and its `len` values dequantized from the mmap to
+    /// `[len] f32`.
+    pub(crate) fn dequantize_vec(
+        g: &Gguf,
+        id: WeightId,
+        len: usize,
+    ) -> Result<(&TensorInfo, Arc<[f32]>)> {
         let t = g.require_tensor(&id.tensor_name())?;
-        kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), len).map_err(|e| Error::Tensor {
-            name: t.name.clone(),
-            msg: e.to_string(),
-        })
+        let v = kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), len).map_err(|e| {
+            Error::Tensor {
+                name: t.name.clone(),
+                msg: e.to_string(),
+            }
+        })?;
+        Ok((t, v.into()))
     }
 
     /// `w` (at `m`)'s view of the mmap, with its packed copy if it has one. (Not a method, so
     /// the views borrow these fields only and the matmul scratch stays free.)
     fn view<'a>(
         gguf: &'a Gguf,
-        packed: &'a PackedWeights,
+        prepared: &'a PreparedWeights,
         w: WeightId,
         m: MatRef,
     ) -> Result<WeightView<'a>> {
         let data = &gguf.bytes()[m.offset..m.offset + m.n_bytes];
         let v = WeightView::new(m.ty, data, m.rows, m.cols)?;
-        match packed.get(w) {
+        match prepared.get(w) {
             Some(p) => v.with_packed(p),
             None => Ok(v),
         }
@@ -272,7 +282,7 @@ impl CpuBackend {
         let mut views = Vec::with_capacity(ws.len());
         let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
         for (&w, out) in ws.iter().zip(outs.iter_mut()) {
-            let v = Self::view(&self.gguf, &self.packed, w, self.mat(w)?)?;
+            let v = Self::view(&self.gguf, &self.prepared, w, self.mat(w)?)?;
             ys.push(&mut out[..n * v.rows]);
             views.push(v);
         }
@@ -283,7 +293,7 @@ impl CpuBackend {
     fn vec(&self, id: WeightId) -> Result<&[f32]> {
         self.vecs
             .get(&id)
-            .map(|v| v.as_slice())
+            .map(|v| &v[..])
             .ok_or_else(|| Error::Tensor {
                 name: id.tensor_name(),
                 msg: "is not a vector of this model".into(),
@@ -364,7 +374,7 @@ impl Backend for CpuBackend {
                 &mut out[..n * m.rows],
             );
         }
-        let view = Self::view(&self.gguf, &self.packed, w, m)?;
+        let view = Self::view(&self.gguf, &self.prepared, w, m)?;
         let (x, y) = (&x[..n * m.cols], &mut out[..n * m.rows]);
         crate::cpu::matmul(&view, x, n, y, &mut self.mm)
     }

@@ -13,12 +13,17 @@ const QK: u32 = 32u;
 fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let g = row * (cols / QK) + blk;
     let d = unpack2x16float(ws[g >> 1u])[g & 1u];
+    // Both vec4 loaded once, as in dq_chunk: indexing wq inside the loop would load a whole
+    // vec4 per word (llvmpipe loads a storage word lane by lane).
+    let a = wq[g * 2u];
+    let b = wq[g * 2u + 1u];
     // Shift each byte to the top, then arithmetic-shift down to sign-extend it.
     let up = vec4<u32>(24u, 16u, 8u, 0u);
+    let down = vec4<u32>(24u);
     var out: array<vec4<f32>, 8>;
-    for (var k = 0u; k < 8u; k++) {
-        let w = vec4<i32>(bitcast<i32>(wq[g * 2u + k / 4u][k % 4u]));
-        out[k] = d * vec4<f32>((w << up) >> vec4<u32>(24u));
+    for (var k = 0u; k < 4u; k++) {
+        out[k] = d * vec4<f32>((vec4<i32>(bitcast<i32>(a[k])) << up) >> down);
+        out[k + 4u] = d * vec4<f32>((vec4<i32>(bitcast<i32>(b[k])) << up) >> down);
     }
     return out;
 }

@@ -5,6 +5,16 @@
 //! per-256 Q8_K, so K-quant dot products lose less), and the scaled sum of each half chunk
 //! `xs = d * Σ q` over 16 values, which pays for the offset (min / -8 / -32) terms of the weights.
 
+/// The integer offsets O (w = d (u - O)) whose terms -O Σ q `QAct` holds precomputed: an
+/// enum, so that a format without one cannot silently get another's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum IntOff {
+    /// Q4_0 (4-bit codes 0..15 around 8).
+    O8,
+    /// Q8_0 as unsigned bytes (signed codes + 128).
+    O128,
+}
+
 /// Quantized activations for `n_tokens` rows of `cols` values.
 #[derive(Default)]
 pub(crate) struct QAct {
@@ -57,12 +67,14 @@ impl QAct {
         &self.xs32[t * c..(t + 1) * c]
     }
 
-    /// Token `t`'s integer chunk sums times -`off` (8 or 128) [cols / 32] (`off8`,
-    /// `off128`; any other `off` gives the -8 ones).
+    /// Token `t`'s integer chunk sums times -O [cols / 32] (`off8` or `off128`).
     #[inline]
-    pub fn offs(&self, t: usize, off: i32) -> &[i32] {
+    pub fn offs(&self, t: usize, off: IntOff) -> &[i32] {
         let c = self.cols / 32;
-        let v = if off == 128 { &self.off128 } else { &self.off8 };
+        let v = match off {
+            IntOff::O8 => &self.off8,
+            IntOff::O128 => &self.off128,
+        };
         &v[t * c..(t + 1) * c]
     }
 

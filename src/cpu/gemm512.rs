@@ -32,7 +32,7 @@ use std::arch::x86_64::*;
 
 use rayon::prelude::*;
 
-use super::act::QAct;
+use super::act::{IntOff, QAct};
 use crate::GgmlType;
 
 /// Rows per panel: one zmm lane per row.
@@ -71,12 +71,13 @@ impl Fmt {
         }
     }
 
-    /// O in w = d (u - O) (+ m): subtracted in integers as O · Σ q.
-    fn int_off(self) -> i32 {
+    /// O in w = d (u - O): subtracted in integers as O · Σ q (`None`: Q4_1, whose min term
+    /// is a float one).
+    fn int_off(self) -> Option<IntOff> {
         match self {
-            Fmt::Q4_0 => 8,
-            Fmt::Q4_1 => 0,
-            Fmt::Q8_0 => 128,
+            Fmt::Q4_0 => Some(IntOff::O8),
+            Fmt::Q4_1 => None,
+            Fmt::Q8_0 => Some(IntOff::O128),
         }
     }
 }
@@ -236,12 +237,16 @@ unsafe fn tile<const T: usize, const F: u8>(
     let mut op = [std::ptr::null::<i32>(); T];
     for t in 0..T {
         let (q, d, _) = act.token(t0 + t);
-        let (xs, os) = (act.xs32(t0 + t), act.offs(t0 + t, off));
-        assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch && os.len() >= nch);
+        let xs = act.xs32(t0 + t);
+        assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch);
         qp[t] = q.as_ptr() as *const i32;
         dp[t] = d.as_ptr();
         xp[t] = xs.as_ptr();
-        op[t] = os.as_ptr();
+        if let Some(o) = off {
+            let os = act.offs(t0 + t, o);
+            assert!(os.len() >= nch);
+            op[t] = os.as_ptr();
+        }
     }
     let lo4 = _mm512_set1_epi8(15);
     let mut f = [_mm512_setzero_ps(); T];
@@ -279,7 +284,7 @@ unsafe fn tile<const T: usize, const F: u8>(
                         let q = qp[$t].add(8 * c);
                         // Two chains of 4 so more `vpdpbusd` are in flight; Q4_0 and Q8_0
                         // start from their exact offset term -O Σ q (one broadcast load).
-                        let mut a = if off != 0 {
+                        let mut a = if off.is_some() {
                             _mm512_set1_epi32(*op[$t].add(c))
                         } else {
                             _mm512_setzero_si512()

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::config::Config;
-use crate::cpu_backend::{CpuBackend, PackedWeights};
+use crate::cpu_backend::{CpuBackend, PreparedWeights};
 pub use crate::ctx_shift::CtxOverflow;
 use crate::ctx_shift::ShiftStats;
 use crate::error::{Error, Result};
@@ -125,8 +125,9 @@ pub struct Model {
     f32_activations: bool,
     /// Where each stage runs when a session starts.
     placement: PhasePlacement,
-    /// The CPU stages' matrices packed at load (empty with `LoadOptions::no_repack`).
-    cpu_packed: Arc<PackedWeights>,
+    /// The CPU's weights prepared at load: the 1-D weights dequantized, and the CPU stages'
+    /// matrices packed (none with `LoadOptions::no_repack`).
+    cpu_weights: Arc<PreparedWeights>,
     resample_every: Option<usize>,
     /// K and V cache types of every session.
     kv_types: KvTypes,
@@ -209,14 +210,14 @@ impl Model {
                 placement.prefill.head == Device::Cpu || placement.decode.head == Device::Cpu;
             ((0..config.n_layer).map(on_cpu).collect(), head)
         };
-        let cpu_packed = pool.install(|| PackedWeights::build(&gguf, &config, &layers, head))?;
+        let cpu_weights = pool.install(|| PreparedWeights::build(&gguf, &config, &layers, head))?;
         // After packing, which read its tensors once and handed the packed ones' pages back,
         // and without them: paging them in would hold both copies at the peak (and a touch of a
         // norm maps the whole page-cache folio around it, packed neighbours included).
-        let packed: HashSet<String> = cpu_packed.tensor_names().collect();
-        prefault(&gguf, &prefault_plan(&gguf, &packed), progress);
+        let held: HashSet<String> = cpu_weights.tensor_names().collect();
+        prefault(&gguf, &prefault_plan(&gguf, &held), progress);
         Ok(Model {
-            cpu_packed: Arc::new(cpu_packed),
+            cpu_weights: Arc::new(cpu_weights),
             load_fallback,
             kv_types,
             managed_residency,
@@ -280,8 +281,8 @@ impl Model {
     pub fn chat_template(&self) -> Option<&str> {
         self.chat_template.as_deref()
     }
-    pub fn cpu_packed(&self) -> &PackedWeights {
-        &self.cpu_packed
+    pub fn cpu_weights(&self) -> &PreparedWeights {
+        &self.cpu_weights
     }
 
     pub fn load_time(&self) -> Duration {
@@ -406,7 +407,7 @@ impl Session {
                 PREFILL_BATCH,
                 model.f32_activations,
                 model.kv_types,
-                model.cpu_packed.clone(),
+                model.cpu_weights.clone(),
             )
         };
         let mut exec = match exec_on(model.gpu.clone(), model.placement.clone()) {

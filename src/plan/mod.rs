@@ -38,7 +38,7 @@ pub struct MemoryModel {
     /// A tied head reads the embedding table; [`account`] places that table on each device
     /// that needs it, once.
     pub head_bytes: u64,
-    /// Bytes of block `l`'s matrices packed at load for the CPU GEMM (`PackedWeights`) when the
+    /// Bytes of block `l`'s matrices packed at load for the CPU GEMM (`PreparedWeights`) when the
     /// block runs on the CPU: anonymous memory in place of those weights' mmap pages. Zero
     /// without packing (`--no-repack`, an ISA or format without a packed layout); filled by
     /// [`MemoryModel::with_cpu_packing`].
@@ -275,15 +275,15 @@ impl MemoryModel {
     /// This model with the CPU's weights packed at load as `Model::load` packs them (see
     /// `LoadOptions::no_repack`).
     pub fn with_cpu_packing(mut self, g: &Gguf, cfg: &Config) -> Result<MemoryModel> {
-        use crate::cpu_backend::PackedWeights;
+        use crate::cpu_backend::PreparedWeights;
         let mut on = vec![false; cfg.n_layer];
         self.cpu_packed_layer_bytes = (0..cfg.n_layer)
             .map(|l| {
                 on.iter_mut().enumerate().for_each(|(i, v)| *v = i == l);
-                PackedWeights::bytes_for(g, cfg, &on, false)
+                PreparedWeights::bytes_for(g, cfg, &on, false)
             })
             .collect::<Result<_>>()?;
-        self.cpu_packed_head_bytes = PackedWeights::bytes_for(g, cfg, &[], true)?;
+        self.cpu_packed_head_bytes = PreparedWeights::bytes_for(g, cfg, &[], true)?;
         Ok(self)
     }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 
 use crate::backend::Backend;
 use crate::config::Config;
-use crate::cpu_backend::{CpuBackend, PackedWeights};
+use crate::cpu_backend::{CpuBackend, PreparedWeights};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
@@ -78,8 +78,9 @@ pub struct Exec {
     n_ctx: usize,
     batch: usize,
     f32_activations: bool,
-    /// The model's CPU matrices packed at load, shared by its sessions' CPU backends.
-    cpu_packed: Arc<PackedWeights>,
+    /// The model's CPU weights prepared at load (packed matrices, dequantized vectors), shared
+    /// by its sessions' CPU backends.
+    cpu_weights: Arc<PreparedWeights>,
     /// Element types of every layer's K and V cache.
     kv_types: KvTypes,
     /// Made when a placement first puts a stage on the CPU.
@@ -165,7 +166,7 @@ impl Exec {
         batch: usize,
         f32_activations: bool,
         kv_types: KvTypes,
-        cpu_packed: Arc<PackedWeights>,
+        cpu_weights: Arc<PreparedWeights>,
     ) -> Result<Exec> {
         if n_ctx == 0 || batch == 0 {
             return Err(Error::InvalidArgument(
@@ -183,7 +184,7 @@ impl Exec {
             batch,
             f32_activations,
             kv_types,
-            cpu_packed,
+            cpu_weights,
             cpu: None,
             gpu: None,
             placement: placement.clone(),
@@ -247,13 +248,13 @@ impl Exec {
     fn cpu_side(&mut self) -> Result<&mut (CpuBackend, Scratch<Vec<f32>>)> {
         if self.cpu.is_none() {
             let kv: Vec<bool> = self.kv_home.iter().map(|&d| d == Device::Cpu).collect();
-            let mut b = CpuBackend::with_packed(
+            let mut b = CpuBackend::with_prepared(
                 self.gguf.clone(),
                 self.cfg.clone(),
                 self.n_ctx,
                 &kv,
                 self.kv_types,
-                self.cpu_packed.clone(),
+                self.cpu_weights.clone(),
             )?;
             b.set_f32_activations(self.f32_activations);
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;

@@ -1,7 +1,8 @@
-//! The CPU's weights packed once at load for the GEMM (`cpu::PackedWeight`), shared by every
-//! session of a model.
+//! The CPU's weights prepared once at load and shared by every session of a model: matrices
+//! packed for the GEMM (`cpu::PackedWeight`) and the 1-D weights dequantized to f32.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::backend::WeightId;
@@ -11,15 +12,18 @@ use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 
-/// Packed copies of the matrices of the blocks (and head) placed on the CPU, where the CPU's
-/// best ISA has a packed layout for their format; matmuls of other weights read the mmap.
+/// What the CPU backend reads instead of the mmap: packed copies of the matrices of the blocks
+/// (and head) placed on the CPU, where the CPU's best ISA has a packed layout for their format
+/// (matmuls of other weights read the mmap), and every 1-D weight dequantized (always, also
+/// with `--no-repack` / `--stream`, which pack no matrix).
 #[derive(Debug, Default)]
-pub struct PackedWeights {
+pub struct PreparedWeights {
     mats: HashMap<WeightId, PackedWeight>,
     /// The 1-D weights (norms, biases), each `[len] f32`, dequantized before any page is
     /// handed back: reading one from the mmap later would fault back in the whole (large)
     /// page-cache folio around it, packed neighbours included (ext4 maps up to 2 MiB per fault).
-    vecs: HashMap<WeightId, Vec<f32>>,
+    /// Shared with each session's `CpuBackend`, which does not copy them.
+    vecs: HashMap<WeightId, Arc<[f32]>>,
     /// How long packing took (part of the model's load time).
     pub time: Duration,
 }
@@ -57,9 +61,9 @@ fn matrix(g: &Gguf, id: WeightId) -> Result<(&TensorInfo, WeightView<'_>)> {
     Ok((t, WeightView::new(t.ty, g.tensor_data(t), rows, cols)?))
 }
 
-impl PackedWeights {
-    /// Bytes `build` would allocate for the same arguments (the memory plan counts them as
-    /// anonymous CPU memory in place of those weights' mmap pages).
+impl PreparedWeights {
+    /// Bytes `build` would allocate for the packed matrices with the same arguments (the memory
+    /// plan counts them as anonymous CPU memory in place of those weights' mmap pages).
     pub fn bytes_for(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<u64> {
         let isa = Isa::best();
         let mut n = 0;
@@ -73,19 +77,23 @@ impl PackedWeights {
     /// Dequantizes the model's 1-D weights and packs, on the current rayon pool, the matrices
     /// of the blocks with `layers[l]` set and with `head` the head's (none of either: the
     /// vectors only, as with `--no-repack`).
-    pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PackedWeights> {
+    pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PreparedWeights> {
         let t0 = Instant::now();
         let isa = Isa::best();
         let mut vecs = HashMap::new();
+        let mut read = Vec::new();
         for (id, dims) in CpuBackend::expected(cfg) {
             if let [len] = dims[..] {
-                vecs.insert(id, CpuBackend::dequantize_vec(g, id, len)?);
+                let (t, v) = CpuBackend::dequantize_vec(g, id, len)?;
+                vecs.insert(id, v);
+                read.push(t);
             }
         }
         // Reading a norm mapped the folio around it; what the matrices packed below do not
-        // hand back, the load's prefault maps again where the mmap is still read.
-        for id in vecs.keys() {
-            g.release_pages(g.require_tensor(&id.tensor_name())?);
+        // hand back, the load's prefault maps again where the mmap is still read. (After all
+        // of them: a neighbour's read would map the folio again.)
+        for t in read {
+            g.release_pages(t);
         }
         let mut mats = HashMap::new();
         for id in matrices(cfg, layers, head) {
@@ -97,7 +105,7 @@ impl PackedWeights {
                 g.release_pages(t);
             }
         }
-        Ok(PackedWeights {
+        Ok(PreparedWeights {
             mats,
             vecs,
             time: t0.elapsed(),
@@ -112,8 +120,8 @@ impl PackedWeights {
     }
 
     /// `id`'s dequantized values, if it is one of the model's 1-D weights.
-    pub fn vec(&self, id: WeightId) -> Option<&[f32]> {
-        self.vecs.get(&id).map(|v| v.as_slice())
+    pub fn vec(&self, id: WeightId) -> Option<&Arc<[f32]>> {
+        self.vecs.get(&id)
     }
 
     /// `id`'s packed copy, if it has one.
@@ -121,7 +129,7 @@ impl PackedWeights {
         self.mats.get(&id)
     }
 
-    /// Bytes held (anonymous memory).
+    /// Bytes of the packed matrices (anonymous memory; the vectors are a few KB a layer).
     pub fn bytes(&self) -> u64 {
         self.mats.values().map(|p| p.bytes() as u64).sum()
     }
