@@ -19,9 +19,11 @@ use memwall::kv_type::{KvType, KvTypes};
 /// NaN guards appended to every output buffer.
 const GUARD: usize = 3;
 
-/// Workgroup-memory kernels, the subgroup ones where available, and (when `small_grid`) the
-/// portable ones on a grid of at most 61 x 61 workgroups so the 2-D dispatch (and the
-/// skipping of surplus workgroups) runs for all but the smallest cases.
+/// Workgroup-memory kernels, the subgroup ones where available (with the prefill lanes
+/// variant where the adapter takes it: CPU-like, subgroups of 8 or more), and (when
+/// `small_grid`) the portable ones and the lanes variant (where the subgroups are 8 or more
+/// wide) on a grid of at most 61 x 61 workgroups so the 2-D dispatch (and the skipping of
+/// surplus workgroups) runs for all but the smallest cases.
 fn kernel_sets(ctx: &GpuContext, small_grid: bool) -> Vec<Kernels> {
     let mut v = vec![Kernels::with_options(ctx, false).unwrap()];
     if ctx.has_subgroups() {
@@ -31,6 +33,12 @@ fn kernel_sets(ctx: &GpuContext, small_grid: bool) -> Vec<Kernels> {
         let mut k = Kernels::with_options(ctx, false).unwrap();
         k.max_groups_per_dim = 61;
         v.push(k);
+        if ctx.has_subgroups() && ctx.info.subgroup_min_size >= 8 {
+            let mut k = Kernels::with_options(ctx, true).unwrap();
+            k.max_groups_per_dim = 61;
+            k.attention_lanes = true;
+            v.push(k);
+        }
     }
     v
 }
@@ -262,7 +270,8 @@ fn kv_store_and_attention_match_kernels_ref() {
         }
     }
     let c = ATTENTION_CHUNK as usize;
-    cases.extend([(1, c - 1), (1, c), (2, c - 1), (5, 2 * c - 3)]);
+    // 70 tokens: a full workgroup of queries and a partial one (the prefill lanes variant).
+    cases.extend([(1, c - 1), (1, c), (2, c - 1), (5, 2 * c - 3), (70, 5)]);
     let mut worst = 0f64;
     for (si, &(nh, nkv, hd)) in SHAPES.iter().enumerate() {
         let sets = kernel_sets(&ctx, si == 0);
@@ -329,8 +338,14 @@ fn attention_launches_picks_the_path_by_token_count() {
     assert_eq!(keys(SPLIT_MAX_TOKENS, c - SPLIT_MAX_TOKENS), split);
     assert_eq!(keys(1, c), split_combine);
     assert_eq!(keys(SPLIT_MAX_TOKENS, c - 1), split_combine);
-    assert_eq!(keys(SPLIT_MAX_TOKENS + 1, 0), vec!["attention_prefill"]);
-    assert_eq!(keys(64, c), vec!["attention_prefill"]);
+    // CPU-like adapters with subgroups of 8 or more take the lanes variant for 64-dim heads.
+    let prefill = if ks.attention_lanes {
+        "attention_prefill_lanes"
+    } else {
+        "attention_prefill"
+    };
+    assert_eq!(keys(SPLIT_MAX_TOKENS + 1, 0), vec![prefill]);
+    assert_eq!(keys(64, c), vec![prefill]);
     assert!(keys(0, 0).is_empty());
     assert_eq!(
         KernelKey::AttentionPrefill { kv: KvTypes::F32 }.label(),

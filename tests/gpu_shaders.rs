@@ -209,6 +209,12 @@ fn all_lists_every_variant_once() {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
     }
+    // The prefill lanes variant: subgroups always, compiled by every context that has them.
+    for kv in kv_type_pairs() {
+        let key = KernelKey::AttentionPrefillLanes { kv };
+        assert!(!key.has_reduction_choice() && key.uses_subgroups());
+        want.insert(key);
+    }
     for ty in WeightFormat::ALL {
         for key in [KernelKey::Matmul { ty }, KernelKey::MatvecRows { ty }] {
             assert!(!key.has_reduction_choice() && !key.uses_subgroups());
@@ -236,6 +242,7 @@ fn all_lists_every_variant_once() {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill { .. }
+            | KernelKey::AttentionPrefillLanes { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct

@@ -37,6 +37,8 @@ const PREFILL_S_SH: usize = 512;
 const PREFILL_ACC4: usize = 8;
 /// Most query tokens per prefill workgroup.
 const PREFILL_MAX_TILE_Q: usize = 16;
+/// The head dimension `attention_prefill_lanes.wgsl` is written for (`HD4 * 4`).
+pub const PREFILL_LANES_HEAD_DIM: usize = 64;
 
 /// Workgroup memory of each attention kernel, in bytes (mirrors the WGSL declarations; the
 /// reduction fragments hold `MAX_WG` f32 and one atomic).
@@ -461,6 +463,21 @@ impl Kernels {
                 Ok((vec![split, combine], false))
             }
             AttentionPath::Prefill => {
+                // CPU-like adapters: a query per invocation, a workgroup per (WG queries,
+                // head); where the lanes variant failed its selftest, its launch fallback.
+                let lanes = KernelKey::AttentionPrefillLanes { kv: cfg.kv };
+                if self.attention_lanes
+                    && cfg.head_dim == PREFILL_LANES_HEAD_DIM
+                    && !self.unavailable.contains(&lanes)
+                {
+                    let wg = self.workgroup_size as usize;
+                    params.tile_q = self.workgroup_size;
+                    let n_groups = n_tokens.div_ceil(wg) * cfg.n_head;
+                    let groups = grid(to_u32(n_groups, "prefill workgroups")?, max)?;
+                    params.groups_x = groups.0;
+                    let bufs = [(0, q), (1, k_cache), (2, v_cache), (3, out)];
+                    return Ok((vec![Launch::new(lanes, &params, &bufs, 4, groups)], false));
+                }
                 let (tq, tk) = prefill_tiles(cfg.head_dim, self.workgroup_size as usize)?;
                 params.tile_q = to_u32(tq, "tile_q")?;
                 params.tile_k = to_u32(tk, "tile_k")?;

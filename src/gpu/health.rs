@@ -233,7 +233,9 @@ pub fn needed_keys(
 fn kv_needed(key: &KernelKey, kv: crate::kv_type::KvTypes) -> bool {
     match *key {
         KernelKey::KvStore { ty } => ty == kv.k || ty == kv.v,
-        KernelKey::AttentionSplit { kv: t, .. } | KernelKey::AttentionPrefill { kv: t } => t == kv,
+        KernelKey::AttentionSplit { kv: t, .. }
+        | KernelKey::AttentionPrefill { kv: t }
+        | KernelKey::AttentionPrefillLanes { kv: t } => t == kv,
         _ => true,
     }
 }

@@ -79,6 +79,11 @@ pub struct Kernels {
     /// workgroup-reduction `Matvec`: chosen for CPU-like adapters (lavapipe runs a 64-wide
     /// workgroup as 8 SIMD passes and pays dearly for every barrier). Tests set it either way.
     pub matvec_rows: bool,
+    /// Prefill attention of 64-dim heads uses `AttentionPrefillLanes` (a query per
+    /// invocation, keys shared by subgroup broadcasts) instead of the workgroup-memory tiles:
+    /// chosen for CPU-like adapters with subgroups of 8 or more, where every lane reading the
+    /// same workgroup element is a loop over the lanes. Tests set it either way.
+    pub attention_lanes: bool,
     /// (requested, compiled) for every key compiled from a fallback variant.
     pub substitutions: Vec<(KernelKey, KernelKey)>,
     /// Keys these options choose that have no usable variant (not compiled).
@@ -422,6 +427,10 @@ impl Kernels {
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
             matvec_rows: ctx.info.device_type == "Cpu",
+            attention_lanes: subgroup
+                && ctx.info.device_type == "Cpu"
+                && ctx.info.subgroup_min_size >= 8
+                && workgroup_size >= 8,
             substitutions,
             unavailable,
             deferred,

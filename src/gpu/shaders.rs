@@ -73,6 +73,7 @@ const KV_READ: &str = include_str!("../../shaders/kv/read.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
 const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
 const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
+const ATTENTION_PREFILL_LANES: &str = include_str!("../../shaders/attention_prefill_lanes.wgsl");
 const BANDWIDTH: &str = include_str!("../../shaders/bandwidth.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
@@ -272,6 +273,10 @@ pub enum KernelKey {
     /// `shaders/attention_prefill.wgsl`: tiled causal attention with online softmax
     /// (no reduction) over caches of types `kv`.
     AttentionPrefill { kv: KvTypes },
+    /// `shaders/attention_prefill_lanes.wgsl`: `AttentionPrefill` for CPU-like adapters with
+    /// subgroups of 8 or more (a query per invocation, keys shared by `subgroupBroadcast`;
+    /// head_dim 64 only), with its own grid: `variants::launch_fallback` names the tiled one.
+    AttentionPrefillLanes { kv: KvTypes },
     /// `shaders/embedding.wgsl`: rows of a table in `ty` to f32 (no reduction); `f16` as for
     /// `Matvec`.
     Embedding { ty: WeightFormat, f16: bool },
@@ -359,6 +364,7 @@ impl KernelKey {
         ]);
         keys.extend(KvType::ALL.map(|ty| KernelKey::KvStore { ty }));
         keys.extend(kv_type_pairs().map(|kv| KernelKey::AttentionPrefill { kv }));
+        keys.extend(kv_type_pairs().map(|kv| KernelKey::AttentionPrefillLanes { kv }));
         for f16 in [false, true] {
             for ty in WeightFormat::ALL {
                 if !f16 || ty.has_f16_variant() {
@@ -389,6 +395,7 @@ impl KernelKey {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill { .. }
+            | KernelKey::AttentionPrefillLanes { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
@@ -422,6 +429,7 @@ impl KernelKey {
             | KernelKey::AttentionSplit { .. }
             | KernelKey::AttentionCombine { .. }
             | KernelKey::AttentionPrefill { .. }
+            | KernelKey::AttentionPrefillLanes { .. }
             | KernelKey::Matmul { .. }
             | KernelKey::MatvecRows { .. }
             | KernelKey::QuantizeAct
@@ -463,6 +471,7 @@ impl KernelKey {
             | KernelKey::Softmax { subgroup }
             | KernelKey::AttentionSplit { subgroup, .. }
             | KernelKey::AttentionCombine { subgroup } => subgroup,
+            KernelKey::AttentionPrefillLanes { .. } => true,
             KernelKey::Rope
             | KernelKey::Swiglu
             | KernelKey::Add
@@ -510,6 +519,9 @@ impl KernelKey {
             KernelKey::AttentionSplit { kv, .. } => format!("attention_split{sg}{}", kv_suffix(kv)),
             KernelKey::AttentionCombine { .. } => format!("attention_combine{sg}"),
             KernelKey::AttentionPrefill { kv } => format!("attention_prefill{}", kv_suffix(kv)),
+            KernelKey::AttentionPrefillLanes { kv } => {
+                format!("attention_prefill_lanes{}", kv_suffix(kv))
+            }
             KernelKey::QuantizeAct => "quantize_act".into(),
             KernelKey::MatvecQ8 { ty, .. } => {
                 format!("matvec_q8_{}{sg}", ty.ggml().name().to_lowercase())
@@ -570,6 +582,7 @@ impl KernelKey {
             }
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_COMBINE],
             KernelKey::AttentionPrefill { .. } => vec![KV_READ, ATTENTION_PREFILL],
+            KernelKey::AttentionPrefillLanes { .. } => vec![KV_READ, ATTENTION_PREFILL_LANES],
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, .. } => {
@@ -607,7 +620,9 @@ impl KernelKey {
     pub fn kv_constants(&self) -> Vec<(&'static str, f64)> {
         match *self {
             KernelKey::KvStore { ty } => vec![("TYPE", kv_code(ty))],
-            KernelKey::AttentionSplit { kv, .. } | KernelKey::AttentionPrefill { kv } => {
+            KernelKey::AttentionSplit { kv, .. }
+            | KernelKey::AttentionPrefill { kv }
+            | KernelKey::AttentionPrefillLanes { kv } => {
                 vec![("K_TYPE", kv_code(kv.k)), ("V_TYPE", kv_code(kv.v))]
             }
             _ => Vec::new(),

@@ -90,6 +90,7 @@ pub fn launch_fallback(key: KernelKey) -> Option<KernelKey> {
         KernelKey::MatmulQ8Rows { ty, out: Some(out) } => {
             Some(KernelKey::MatvecQ8RowsOut { ty, out })
         }
+        KernelKey::AttentionPrefillLanes { kv } => Some(KernelKey::AttentionPrefill { kv }),
         _ => None,
     }
 }
@@ -117,6 +118,7 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::AttentionSplit { .. }
         | KernelKey::AttentionCombine { .. }
         | KernelKey::AttentionPrefill { .. }
+        | KernelKey::AttentionPrefillLanes { .. }
         | KernelKey::QuantizeAct
         | KernelKey::BandwidthProbe
         | KernelKey::RmsNormQuant { .. }
@@ -133,7 +135,11 @@ mod tests {
         for key in KernelKey::all() {
             let chain = fallbacks(key);
             assert_eq!(chain[0], key);
+            // A key without a portable variant has a portable launch fallback instead.
             let last = *chain.last().unwrap();
+            let last = launch_fallback(last)
+                .filter(|_| last.uses_subgroups())
+                .unwrap_or(last);
             assert!(
                 !last.uses_subgroups() && !last.uses_f16(),
                 "{}",

@@ -336,6 +336,25 @@ pub(super) fn prefill(
     attention_cases(ctx, ks, AttentionPath::Prefill, &[key], kv, &cases)
 }
 
+/// The lanes variant (head_dim 64 only): GQA prompts from position 0 and after a context,
+/// token counts below, at and past a workgroup of queries (64 on every device that takes this
+/// variant), a single query, and the small grid.
+pub(super) fn prefill_lanes(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    key: KernelKey,
+    kv: KvTypes,
+) -> Result<Worst> {
+    let cases = [
+        (9, 3, 64, 17, 0, false),
+        (9, 3, 64, 64, 37, false),
+        (4, 2, 64, 70, 5, false),
+        (2, 1, 64, 1, 9, false),
+        (6, 6, 64, 130, 3, true),
+    ];
+    attention_cases(ctx, ks, AttentionPath::Prefill, &[key], kv, &cases)
+}
+
 /// The store of one cache type `ty` (the K and the V launch both use it): the new rows must
 /// be kernels-ref's bytes, every other byte untouched.
 pub(super) fn kv_store(

@@ -106,6 +106,7 @@ pub fn names(key: &KernelKey) -> (String, String) {
         }
         KernelKey::AttentionCombine { .. } => ("attention_combine", reduction.to_string()),
         KernelKey::AttentionPrefill { kv } => ("attention_prefill", kv.signature()),
+        KernelKey::AttentionPrefillLanes { kv } => ("attention_prefill_lanes", kv.signature()),
         KernelKey::BandwidthProbe => ("bandwidth_probe", "-".into()),
     };
     (kernel.to_string(), variant)
@@ -323,7 +324,14 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
             key,
             crate::kv_type::KvTypes::F32,
         ),
-        KernelKey::AttentionPrefill { kv } => checks_attention::prefill(ctx, ks, key, kv),
+        KernelKey::AttentionPrefill { kv } => {
+            ks.attention_lanes = false;
+            checks_attention::prefill(ctx, ks, key, kv)
+        }
+        KernelKey::AttentionPrefillLanes { kv } => {
+            ks.attention_lanes = true;
+            checks_attention::prefill_lanes(ctx, ks, key, kv)
+        }
         // The row layouts and the 8-bit path are chosen per launch by `Kernels` fields: set
         // them for the variant under test (run_selftest restores the defaults).
         KernelKey::MatvecRows { ty } => {
@@ -370,12 +378,14 @@ impl<'c> Runner<'c> {
                 e.insert(Kernels::with_config(ctx, options(&key))?)
             }
         };
-        let (max_groups, row_layout) = (ks.max_groups_per_dim, ks.matvec_rows);
+        let (max_groups, row_layout, lanes) =
+            (ks.max_groups_per_dim, ks.matvec_rows, ks.attention_lanes);
         let r = check_key(ctx, ks, key);
         // Checks lower the grid limit for their 2-D dispatch case and pick the matvec layout;
         // the next one starts afresh.
         ks.max_groups_per_dim = max_groups;
         ks.matvec_rows = row_layout;
+        ks.attention_lanes = lanes;
         let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
         Ok(w.row(&key))
     }
