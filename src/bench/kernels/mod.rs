@@ -163,7 +163,7 @@ fn key_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecRows { ty }
         | KernelKey::MatvecQ8 { ty, .. }
         | KernelKey::MatvecQ8Rows { ty }
-        | KernelKey::MatmulQ8Rows { ty, out: None }
+        | KernelKey::MatmulQ8Rows { ty, out: None, .. }
         | KernelKey::Matmul { ty } => Some(ty),
         _ => None,
     }
