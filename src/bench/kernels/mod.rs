@@ -536,7 +536,8 @@ mod tests {
             "matvec_q8 subgroup",
             "matvec_q8_rows",
             "matmul",
-            "matmul_q8_rows",
+            "matmul_q8_rows workgroup",
+            "matmul_q8_rows subgroup",
         ] {
             assert!(names.contains(v), "{v}: {names:?}");
         }
