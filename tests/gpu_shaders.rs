@@ -166,16 +166,15 @@ fn all_lists_every_variant_once() {
                     want.insert(KernelKey::MatvecQ8RowsOut { ty, out });
                 }
             }
-            // The prefill twin of the row layout, in every output mode.
-            if !subgroup {
-                for out in [
-                    None,
-                    Some(MatvecOut::Add),
-                    Some(MatvecOut::Split2),
-                    Some(MatvecOut::Split3),
-                ] {
-                    want.insert(KernelKey::MatmulQ8Rows { ty, out });
-                }
+            // The prefill twin of the row layout, in every output mode, with plain loads and
+            // with subgroup broadcasts.
+            for out in [
+                None,
+                Some(MatvecOut::Add),
+                Some(MatvecOut::Split2),
+                Some(MatvecOut::Split3),
+            ] {
+                want.insert(KernelKey::MatmulQ8Rows { ty, out, subgroup });
             }
         }
         want.insert(KernelKey::RmsNorm { subgroup });

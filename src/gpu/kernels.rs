@@ -16,7 +16,8 @@ use crate::gpu::pipelines::compile;
 pub use crate::gpu::pipelines::reflect_bindings;
 use crate::gpu::repack::PackedMatrix;
 use crate::gpu::shaders::{
-    KernelKey, MatvecParams, RmsNormParams, WeightFormat, MAX_WORKGROUP_SIZE, QK,
+    KernelKey, MatvecParams, RmsNormParams, WeightFormat, MAX_WORKGROUP_SIZE,
+    MIN_SUBGROUP_BROADCAST, QK,
 };
 use crate::gpu::{selftest, variants};
 
@@ -429,8 +430,8 @@ impl Kernels {
             matvec_rows: ctx.info.device_type == "Cpu",
             attention_lanes: subgroup
                 && ctx.info.device_type == "Cpu"
-                && ctx.info.subgroup_min_size >= 8
-                && workgroup_size >= 8,
+                && ctx.info.subgroup_min_size >= MIN_SUBGROUP_BROADCAST
+                && workgroup_size >= MIN_SUBGROUP_BROADCAST,
             substitutions,
             unavailable,
             deferred,

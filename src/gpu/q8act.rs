@@ -230,7 +230,11 @@ impl Kernels {
         // per invocation), or the kernel `variants::launch_fallback` names for it where it
         // failed its selftest here.
         let row_key = if self.matvec_rows && n_tokens >= MATMUL_Q8_ROWS_MIN_TOKENS {
-            let k = KernelKey::MatmulQ8Rows { ty: w.ty, out };
+            let k = KernelKey::MatmulQ8Rows {
+                ty: w.ty,
+                out,
+                subgroup: self.subgroup,
+            };
             if self.unavailable.contains(&k) {
                 variants::launch_fallback(k)
                     .ok_or_else(|| Error::Gpu(format!("{what}: {} is unusable here", k.label())))?

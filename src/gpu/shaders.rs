@@ -52,6 +52,8 @@ const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
 const Q8_ROWS_HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
 const MATMUL_Q8_ROWS: &str = include_str!("../../shaders/matmul_q8_rows.wgsl");
+const MATMUL_Q8_ROWS_SG: &str = include_str!("../../shaders/matmul_q8_rows_sg.wgsl");
+const Q8_ROWS_MATMUL_TILE: &str = include_str!("../../shaders/q8_rows/matmul_tile.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
 const QUANTIZE_CHUNK: &str = include_str!("../../shaders/quantize_chunk.wgsl");
 const RMSNORM_QUANT: &str = include_str!("../../shaders/rmsnorm_quant.wgsl");
@@ -231,6 +233,10 @@ impl MatvecOut {
 /// columns is 8 calls).
 pub const QK: u32 = 32;
 
+/// Fewest invocations per subgroup the subgroup-broadcast kernels need
+/// ([`KernelKey::min_subgroup_size`]): they broadcast lanes 0..8 of each subgroup.
+pub const MIN_SUBGROUP_BROADCAST: u32 = 8;
+
 /// One composed compute shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
@@ -305,10 +311,14 @@ pub enum KernelKey {
     /// `shaders/swiglu_quant.wgsl`: `Swiglu` that also quantizes its result (standalone).
     SwigluQuant,
     /// `shaders/matmul_q8_rows.wgsl`: the prefill twin of `MatvecQ8Rows` (`out`: `None`
-    /// stores, else as `MatvecQ8RowsOut`), 4 rows x 8 tokens per invocation.
+    /// stores, else as `MatvecQ8RowsOut`), 4 rows x 8 tokens per invocation; `subgroup`:
+    /// `shaders/matmul_q8_rows_sg.wgsl`, the same result with the tile's activations loaded
+    /// once per subgroup and broadcast (needs `SUBGROUP` and subgroups of at least
+    /// [`MIN_SUBGROUP_BROADCAST`] invocations).
     MatmulQ8Rows {
         ty: WeightFormat,
         out: Option<MatvecOut>,
+        subgroup: bool,
     },
 }
 
@@ -336,11 +346,8 @@ impl KernelKey {
                             keys.push(KernelKey::MatvecQ8RowsOut { ty, out });
                         }
                     }
-                    if !subgroup {
-                        keys.push(KernelKey::MatmulQ8Rows { ty, out: None });
-                        for out in MatvecOut::ALL {
-                            keys.push(KernelKey::MatmulQ8Rows { ty, out: Some(out) });
-                        }
+                    for out in [None].into_iter().chain(MatvecOut::ALL.map(Some)) {
+                        keys.push(KernelKey::MatmulQ8Rows { ty, out, subgroup });
                     }
                 }
             }
@@ -457,7 +464,19 @@ impl KernelKey {
                 | KernelKey::MatvecQ8 { .. }
                 | KernelKey::MatvecQ8Out { .. }
                 | KernelKey::RmsNormQuant { .. }
+                | KernelKey::MatmulQ8Rows { .. }
         )
+    }
+
+    /// Fewest invocations per subgroup the shader works with (0: any): the subgroup-broadcast
+    /// kernels read lanes 0..[`MIN_SUBGROUP_BROADCAST`]; the `subgroupAdd` reductions work
+    /// with any size.
+    pub fn min_subgroup_size(&self) -> u32 {
+        match *self {
+            KernelKey::MatmulQ8Rows { subgroup: true, .. }
+            | KernelKey::AttentionPrefillLanes { .. } => MIN_SUBGROUP_BROADCAST,
+            _ => 0,
+        }
     }
 
     /// Whether the shader needs the adapter's `SUBGROUP` feature.
@@ -470,7 +489,8 @@ impl KernelKey {
             | KernelKey::RmsNormQuant { subgroup }
             | KernelKey::Softmax { subgroup }
             | KernelKey::AttentionSplit { subgroup, .. }
-            | KernelKey::AttentionCombine { subgroup } => subgroup,
+            | KernelKey::AttentionCombine { subgroup }
+            | KernelKey::MatmulQ8Rows { subgroup, .. } => subgroup,
             KernelKey::AttentionPrefillLanes { .. } => true,
             KernelKey::Rope
             | KernelKey::Swiglu
@@ -484,7 +504,6 @@ impl KernelKey {
             | KernelKey::MatvecRows { .. }
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
-            | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::SwigluQuant => false,
             KernelKey::QuantizeAct | KernelKey::BandwidthProbe => false,
         }
@@ -540,8 +559,8 @@ impl KernelKey {
                 out.name(),
                 ty.ggml().name().to_lowercase()
             ),
-            KernelKey::MatmulQ8Rows { ty, out } => format!(
-                "matmul_q8_rows_{}{}",
+            KernelKey::MatmulQ8Rows { ty, out, .. } => format!(
+                "matmul_q8_rows_{}{}{sg}",
                 out.map_or(String::new(), |o| format!("{}_", o.name())),
                 ty.ggml().name().to_lowercase()
             ),
@@ -602,10 +621,15 @@ impl KernelKey {
                     out.fragment(),
                 ]
             }
-            KernelKey::MatmulQ8Rows { ty, out } => vec![
+            KernelKey::MatmulQ8Rows { ty, out, subgroup } => vec![
                 ty.fragment(),
                 Q8_ROWS_HEADER,
-                MATMUL_Q8_ROWS,
+                Q8_ROWS_MATMUL_TILE,
+                if subgroup {
+                    MATMUL_Q8_ROWS_SG
+                } else {
+                    MATMUL_Q8_ROWS
+                },
                 out.map_or(Q8_OUT_STORE, MatvecOut::fragment),
             ],
             KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],

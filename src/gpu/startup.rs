@@ -222,6 +222,7 @@ mod tests {
         let prefill = KernelKey::MatmulQ8Rows {
             ty,
             out: Some(MatvecOut::Add),
+            subgroup: false,
         };
         // The batched matvec still works: the stages stay on the GPU.
         assert_eq!(gpu_capable(&f, &[prefill]).layers, vec![Device::Gpu]);

@@ -32,6 +32,11 @@ pub fn without_subgroup(key: KernelKey) -> KernelKey {
             kv,
         },
         KernelKey::AttentionCombine { .. } => KernelKey::AttentionCombine { subgroup: false },
+        KernelKey::MatmulQ8Rows { ty, out, .. } => KernelKey::MatmulQ8Rows {
+            ty,
+            out,
+            subgroup: false,
+        },
         other => other,
     }
 }
@@ -86,10 +91,10 @@ pub fn partner(key: KernelKey) -> Option<KernelKey> {
 /// members are compiled under `key`). The prefill matmul falls back to the batched matvec.
 pub fn launch_fallback(key: KernelKey) -> Option<KernelKey> {
     match key {
-        KernelKey::MatmulQ8Rows { ty, out: None } => Some(KernelKey::MatvecQ8Rows { ty }),
-        KernelKey::MatmulQ8Rows { ty, out: Some(out) } => {
-            Some(KernelKey::MatvecQ8RowsOut { ty, out })
-        }
+        KernelKey::MatmulQ8Rows { ty, out: None, .. } => Some(KernelKey::MatvecQ8Rows { ty }),
+        KernelKey::MatmulQ8Rows {
+            ty, out: Some(out), ..
+        } => Some(KernelKey::MatvecQ8RowsOut { ty, out }),
         KernelKey::AttentionPrefillLanes { kv } => Some(KernelKey::AttentionPrefill { kv }),
         _ => None,
     }

@@ -18,7 +18,7 @@ use memwall::cpu::{matmul_with, Isa, MatmulScratch, WeightView};
 use memwall::cpu_backend::CpuBackend;
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::q8act::{q8_supported, qd_vec4s, qx_words};
-use memwall::gpu::{repack, GpuContext, WeightFormat};
+use memwall::gpu::{repack, GpuContext, KernelKey, WeightFormat};
 use reference::{activations, cpu_matmuls, division_sweep, quantize_host, references, Want};
 
 /// The reductions this adapter can run: always workgroup memory, plus subgroups if present.
@@ -436,4 +436,76 @@ fn launches_check_their_arguments() {
     assert!(err(k.matvec_q8_launch(&m, &qx, &qd, &y, 2, 4, 3)).contains("do not fit"));
     assert!(err(k.matvec_q8_launch(&m, &qx, &qd, &y, 3, 2, 0)).contains("qx: buffer"));
     assert!(err(k.matvec_q8_launch(&m, &qx, &qd, &y, 2, 8, 0)).contains("y: buffer"));
+}
+
+/// The prefill matmul (8+ tokens on the row layout), with plain loads and, where the adapter
+/// has subgroups of 8+ invocations, with subgroup broadcasts, gives the very bits of the
+/// batched matvec (its launch fallback), which the tests above hold to the CPU.
+#[test]
+fn prefill_matmul_variants_match_the_batched_matvec_bit_for_bit() {
+    let ctx = context();
+    // 600 rows: 3 workgroups of 4 * 64 rows (the last partial) on a 2 x 2 grid (1 surplus);
+    // 17 tokens: 3 tiles of 8 (the last partial); 3 chunks per row.
+    let (rows, cols, n) = (600, 96, 17);
+    let sg_ok = ctx.has_subgroups() && ctx.info.subgroup_min_size >= 8;
+    for ty in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+        let mut rng = Rng(0xb17 ^ rows as u64);
+        let data = kernels_ref::quantize(ty.ggml(), &rng.values(rows * cols, 2.0)).unwrap();
+        let m = kernels::upload_matrix(&ctx, &repack(ty, &data, rows, cols).unwrap()).unwrap();
+        let x = activations(0x79, n, cols);
+        let xb = kernels::upload_f32(&ctx, "x", &x).unwrap();
+        let run = |k: &Kernels, want_key: KernelKey| {
+            let qx = kernels::upload_u32(&ctx, "qx", &vec![0; qx_words(n, cols)]).unwrap();
+            let qd = kernels::upload_f32(&ctx, "qd", &vec![0.0; 4 * qd_vec4s(n, cols)]).unwrap();
+            let y = kernels::upload_f32(&ctx, "y", &vec![f32::NAN; n * rows + 3]).unwrap();
+            let dq = k
+                .prepare(&ctx, k.quantize_act_launch(&xb, &qx, &qd, n, cols).unwrap())
+                .unwrap();
+            let l = k.matvec_q8_launch(&m, &qx, &qd, &y, n, rows, 0).unwrap();
+            assert_eq!(l.key, want_key, "{ty:?}: launched {}", l.key.label());
+            kernels::run(&ctx, &[&dq, &k.prepare(&ctx, l).unwrap()]).unwrap();
+            let got = kernels::read_f32(&ctx, &y, n * rows + 3).unwrap();
+            assert!(got[n * rows..].iter().all(|v| v.is_nan()), "{ty:?}: guard");
+            got[..n * rows]
+                .iter()
+                .map(|v| v.to_bits())
+                .collect::<Vec<u32>>()
+        };
+        let matmul = |subgroup| KernelKey::MatmulQ8Rows {
+            ty,
+            out: None,
+            subgroup,
+        };
+        // The batched matvec: the matmul marked unavailable, as after a failed selftest.
+        let mut base = Kernels::with_options(&ctx, false).unwrap();
+        base.matvec_rows = true;
+        base.unavailable.push(matmul(false));
+        let want = run(&base, KernelKey::MatvecQ8Rows { ty });
+        assert!(want.iter().all(|&b| !f32::from_bits(b).is_nan()), "{ty:?}");
+        let mut sets = vec![(small_grid(&ctx, 2), false)];
+        if ctx.has_subgroups() {
+            let mut k = Kernels::with_options(&ctx, true).unwrap();
+            k.max_groups_per_dim = 2;
+            sets.push((k, true));
+        }
+        for (mut k, subgroup) in sets {
+            k.matvec_rows = true;
+            // The subgroup variant is compiled under its key where the adapter can run it,
+            // else its plain fallback.
+            let ran = if subgroup && !sg_ok {
+                matmul(false)
+            } else {
+                matmul(subgroup)
+            };
+            let subst = k.substitutions.iter().find(|(a, _)| *a == matmul(subgroup));
+            assert_eq!(subst.map_or(matmul(subgroup), |s| s.1), ran, "{ty:?}");
+            let got = run(&k, matmul(subgroup));
+            let diff = got.iter().zip(&want).position(|(a, b)| a != b);
+            assert!(
+                diff.is_none(),
+                "{ty:?} {}: element {diff:?} differs from the batched matvec",
+                ran.label()
+            );
+        }
+    }
 }

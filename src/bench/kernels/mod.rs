@@ -163,7 +163,7 @@ fn key_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecRows { ty }
         | KernelKey::MatvecQ8 { ty, .. }
         | KernelKey::MatvecQ8Rows { ty }
-        | KernelKey::MatmulQ8Rows { ty, out: None }
+        | KernelKey::MatmulQ8Rows { ty, out: None, .. }
         | KernelKey::Matmul { ty } => Some(ty),
         _ => None,
     }
@@ -536,7 +536,8 @@ mod tests {
             "matvec_q8 subgroup",
             "matvec_q8_rows",
             "matmul",
-            "matmul_q8_rows",
+            "matmul_q8_rows workgroup",
+            "matmul_q8_rows subgroup",
         ] {
             assert!(names.contains(v), "{v}: {names:?}");
         }

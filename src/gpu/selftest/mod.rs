@@ -45,9 +45,11 @@ pub struct SelftestRow {
     pub pass: bool,
 }
 
-/// Whether `ctx`'s device has the features `key` needs.
+/// Whether `ctx`'s device has the features (and subgroup size) `key` needs.
 pub fn runnable(ctx: &GpuContext, key: &KernelKey) -> bool {
-    (!key.uses_subgroups() || ctx.has_subgroups()) && (!key.uses_f16() || ctx.has_f16())
+    (!key.uses_subgroups() || ctx.has_subgroups())
+        && (!key.uses_f16() || ctx.has_f16())
+        && key.min_subgroup_size() <= ctx.info.subgroup_min_size
 }
 
 /// Every variant of [`KernelKey::all`] `ctx` can run, in that order.
@@ -90,11 +92,11 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::MatvecQ8RowsOut { ty, out } => {
             ("matvec_q8_rows_out", format!("{} {}", out.name(), fmt(ty)))
         }
-        KernelKey::MatmulQ8Rows { ty, out } => (
+        KernelKey::MatmulQ8Rows { ty, out, .. } => (
             "matmul_q8_rows",
             match out {
-                Some(o) => format!("{} {}", o.name(), fmt(ty)),
-                None => fmt(ty),
+                Some(o) => format!("{} {} {reduction}", o.name(), fmt(ty)),
+                None => format!("{} {reduction}", fmt(ty)),
             },
         ),
         KernelKey::RmsNormQuant { .. } => ("rmsnorm_quant", reduction.to_string()),
@@ -347,7 +349,9 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::MatvecQ8RowsOut { ty, out } => {
             checks_q8::matvec_q8(ctx, ks, key, ty, true, Some(out))
         }
-        KernelKey::MatmulQ8Rows { ty, out } => checks_q8::matvec_q8(ctx, ks, key, ty, true, out),
+        KernelKey::MatmulQ8Rows { ty, out, .. } => {
+            checks_q8::matvec_q8(ctx, ks, key, ty, true, out)
+        }
         KernelKey::RmsNormQuant { .. } => checks_fused::rms_norm_quant(ctx, ks, key),
         KernelKey::SwigluQuant => checks_fused::swiglu_quant(ctx, ks, key),
         KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
