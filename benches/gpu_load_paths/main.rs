@@ -14,7 +14,13 @@
 //!   storage `array<u32>`, a storage `array<vec4<u32>>`, or an rgba32uint texture.
 //!
 //! Prints ns per word loaded per invocation-lane (total words / wall time), median of 5 runs of
-//! `LAUNCHES` dispatches in one command buffer. `cargo bench --bench gpu_load_paths`.
+//! `LAUNCHES` dispatches in one command buffer. Then the weight pattern at model sizes, storage
+//! buffer against texture (large.rs). `cargo bench --bench gpu_load_paths`
+//! (`MEMWALL_LOAD_MB=128` for a bigger model-size run; `-- large` for that part only;
+//! `-- matvec [ROWS COLS]...` for the texture decode matvec prototype, matvec.rs).
+
+mod large;
+mod matvec;
 
 use std::time::Instant;
 
@@ -116,6 +122,16 @@ fn main(@builtin(global_invocation_id) gid: vec3<u32>,
 
 fn main() {
     let ctx = GpuContext::new(&DeviceSelector::Auto).expect("a GPU adapter");
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "large") {
+        large::run(&ctx);
+        return;
+    }
+    if args.iter().any(|a| a == "matvec") {
+        let dims: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
+        matvec::run(&ctx, &dims);
+        return;
+    }
     let dev = &ctx.device;
     let words: Vec<u32> = (0..ROWS * BPR * 4)
         .map(|i| i.wrapping_mul(2654435761))
@@ -256,4 +272,5 @@ fn main() {
             loads * 4.0 / t[2] / 1e9
         );
     }
+    large::run(&ctx);
 }
