@@ -129,7 +129,7 @@ fn main() {
     }
     if args.iter().any(|a| a == "matvec") {
         let dims: Vec<usize> = args.iter().filter_map(|a| a.parse().ok()).collect();
-        matvec::run(&ctx, &dims);
+        matvec::run(&ctx, &dims, args.iter().any(|a| a == "prefill"));
         return;
     }
     let dev = &ctx.device;

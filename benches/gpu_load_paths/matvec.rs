@@ -9,8 +9,9 @@
 //! Block g = row * cols / 32 + chunk is texel (g % W, g / W) of a W-wide texture (W the largest
 //! power of two within max_texture_dimension_2d), the last texture row padded with zeros.
 //!
-//! `cargo bench --bench gpu_load_paths -- matvec [ROWS COLS]...` (default: the test model's
-//! shapes and two 7B ones).
+//! `cargo bench --bench gpu_load_paths -- matvec [prefill] [ROWS COLS]...` (default: the test
+//! model's shapes and two 7B ones; `prefill`: 64 tokens, the prefill matmul kernel the engine
+//! picks, composed the same way).
 
 use std::time::Instant;
 
@@ -26,10 +27,8 @@ const REPS: usize = 10;
 /// Timed rounds (after one warm-up round); medians are printed.
 const ROUNDS: usize = 7;
 
-const CHUNK: &str = include_str!("../../shaders/quant/chunk.wgsl");
-const HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
-const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
-const STORE: &str = include_str!("../../shaders/matvec_q8_out/store.wgsl");
+/// The engine's Q4_1 fragment, replaced by [`fragment`] in the engine kernel's source.
+const Q4_1: &str = include_str!("../../shaders/quant/q4_1.wgsl");
 
 /// The texture twin of quant/q4_1.wgsl's integer path; `scales_tex`: (d, m) from an r32uint
 /// texture (else the storage array, as in the engine).
@@ -182,29 +181,30 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
+fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize, nt: usize) {
     let dev = &ctx.device;
     let mut seed = 0xBEu64 ^ (rows * 31 + cols) as u64;
     let data = kernels_ref::quantize(kernels_ref::GgmlType::Q4_1, &values(&mut seed, rows * cols))
         .expect("quantize");
     let packed = repack(WeightFormat::Q4_1, &data, rows, cols).expect("repack");
     let m = kernels::upload_matrix(ctx, &packed).expect("upload");
-    let x = values(&mut seed, cols);
-    // x: [cols] f32; qx/qd: its 8-bit chunks; y, yt: [rows] outputs (engine, texture)
+    let x = values(&mut seed, nt * cols);
+    // x: [nt][cols] f32; qx/qd: its 8-bit chunks; y, yt: [nt][rows] outputs (engine, texture)
     let xb = kernels::upload_f32(ctx, "x", &x).unwrap();
-    let qx = kernels::upload_u32(ctx, "qx", &vec![0; qx_words(1, cols)]).unwrap();
-    let qd = kernels::upload_f32(ctx, "qd", &vec![0.0; 4 * qd_vec4s(1, cols)]).unwrap();
-    let y = kernels::upload_f32(ctx, "y", &vec![0.0; rows]).unwrap();
-    let yt = kernels::upload_f32(ctx, "yt", &vec![0.0; rows]).unwrap();
+    let qx = kernels::upload_u32(ctx, "qx", &vec![0; qx_words(nt, cols)]).unwrap();
+    let qd = kernels::upload_f32(ctx, "qd", &vec![0.0; 4 * qd_vec4s(nt, cols)]).unwrap();
+    let y = kernels::upload_f32(ctx, "y", &vec![0.0; nt * rows]).unwrap();
+    let yt = kernels::upload_f32(ctx, "yt", &vec![0.0; nt * rows]).unwrap();
     let dq = k
-        .prepare(ctx, k.quantize_act_launch(&xb, &qx, &qd, 1, cols).unwrap())
+        .prepare(ctx, k.quantize_act_launch(&xb, &qx, &qd, nt, cols).unwrap())
         .unwrap();
     kernels::run(ctx, &[&dq]).expect("quantize");
-    let launch = k.matvec_q8_launch(&m, &qx, &qd, &y, 1, rows, 0).unwrap();
+    let launch = k.matvec_q8_launch(&m, &qx, &qd, &y, nt, rows, 0).unwrap();
+    let engine_src = launch.key.source();
+    let label = launch.key.label();
     assert!(
-        format!("{:?}", launch.key).starts_with("MatvecQ8Rows"),
-        "the engine takes {:?} here, not the row kernel this prototype copies",
-        launch.key
+        engine_src.contains(Q4_1),
+        "{label}: no Q4_1 fragment to replace"
     );
     let (params, groups) = (launch.params.clone(), launch.groups);
     let dm: Dispatch = k.prepare(ctx, launch).unwrap();
@@ -228,16 +228,12 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
         1 << log_w,
         &packed.scales,
     );
-    let mut reference = vec![0f32; rows];
-    kernels_ref::matvec(
-        kernels_ref::GgmlType::Q4_1,
-        &data,
-        rows,
-        cols,
-        &x,
-        &mut reference,
-    )
-    .expect("reference");
+    // [nt][rows] f32
+    let mut reference = vec![0f32; nt * rows];
+    for (xt, yt) in x.chunks_exact(cols).zip(reference.chunks_exact_mut(rows)) {
+        kernels_ref::matvec(kernels_ref::GgmlType::Q4_1, &data, rows, cols, xt, yt)
+            .expect("reference");
+    }
     let err = |v: &[f32]| {
         v.iter()
             .zip(&reference)
@@ -245,17 +241,10 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
             .fold(0f32, f32::max)
     };
     kernels::run(ctx, &[&dm]).expect("engine matvec");
-    let y_engine = kernels::read_f32(ctx, &y, rows).unwrap();
+    let y_engine = kernels::read_f32(ctx, &y, nt * rows).unwrap();
     let mut pipes = Vec::new();
     for scales_in_tex in [false, true] {
-        let src = [
-            CHUNK,
-            &fragment(log_w, scales_in_tex),
-            HEADER,
-            MATVEC_Q8_ROWS,
-            STORE,
-        ]
-        .join("\n");
+        let src = engine_src.replace(Q4_1, &fragment(log_w, scales_in_tex));
         let module = dev.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some("matvec_q8_rows_tex"),
             source: wgpu::ShaderSource::Wgsl(src.into()),
@@ -296,7 +285,7 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
         };
         // Correctness first: bit for bit the engine kernel's output.
         time_once(ctx, 1, &encode);
-        let y_tex = kernels::read_f32(ctx, &yt, rows).unwrap();
+        let y_tex = kernels::read_f32(ctx, &yt, nt * rows).unwrap();
         let same = y_tex
             .iter()
             .zip(&y_engine)
@@ -307,8 +296,8 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
     }
     let mb = (packed.quants.len() + packed.scales.len()) as f64 * 4.0 / 1e6;
     println!(
-        "[{rows} x {cols}] Q4_1, {mb:.1} MB, max |y - kernels-ref| {:.2e} (8-bit activations), \
-         texture outputs bit-identical to the engine's",
+        "[{rows} x {cols}] Q4_1 x {nt} tokens ({label}), {mb:.1} MB, max |y - kernels-ref| \
+         {:.2e} (8-bit activations), texture outputs bit-identical to the engine's",
         err(&y_engine)
     );
     // Rounds of one run per variant, so that all see the same machine load.
@@ -342,9 +331,14 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize) {
     }
 }
 
-pub fn run(ctx: &GpuContext, args: &[usize]) {
+/// Decode (one token) at `args`' shapes (ROWS COLS pairs; default the test model's and two 7B
+/// ones), or with `prefill` a 64-token batch (the prefill matmul) at the test model's shapes.
+pub fn run(ctx: &GpuContext, args: &[usize], prefill: bool) {
+    let nt = if prefill { 64 } else { 1 };
     let shapes: Vec<(usize, usize)> = if args.len() >= 2 {
         args.chunks_exact(2).map(|s| (s[0], s[1])).collect()
+    } else if prefill {
+        vec![(576, 576), (1536, 576), (576, 1536)]
     } else {
         vec![
             (576, 576),
@@ -355,12 +349,13 @@ pub fn run(ctx: &GpuContext, args: &[usize]) {
             (11008, 4096),
         ]
     };
-    let k = Kernels::with_options(ctx, false).expect("kernels");
+    // The reduction variant the engine picks (the subgroup prefill matmul on lavapipe).
+    let k = Kernels::with_options(ctx, ctx.has_subgroups()).expect("kernels");
     println!(
-        "{} ({:?}): decode matvec, {REPS} launches per run, median of {ROUNDS} alternating runs",
+        "{} ({:?}): {nt}-token matvec, {REPS} launches per run, median of {ROUNDS} alternating runs",
         ctx.info.name, ctx.info.backend
     );
     for (rows, cols) in shapes {
-        shape(ctx, &k, rows, cols);
+        shape(ctx, &k, rows, cols, nt);
     }
 }
