@@ -6,7 +6,7 @@ use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{
-    BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams,
+    BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams, QK,
 };
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
@@ -324,7 +324,14 @@ impl Kernels {
             out,
             (n_tokens as u64).saturating_mul(table.cols as u64),
         )?;
-        let groups = grid(to_u32(n_tokens, "n_tokens")?, self.max_groups_per_dim)?;
+        // One invocation per block of 32 values of a token's row (shaders/embedding.wgsl).
+        let blocks = (n_tokens as u64).saturating_mul(table.cols.div_ceil(QK as usize) as u64);
+        let invocations = u32::try_from(blocks)
+            .map_err(|_| Error::Gpu(format!("embedding of {n_tokens} tokens: too many blocks")))?;
+        let groups = grid(
+            invocations.div_ceil(self.workgroup_size),
+            self.max_groups_per_dim,
+        )?;
         let params = EmbeddingParams {
             rows: to_u32(table.rows, "rows")?,
             cols: to_u32(table.cols, "cols")?,
