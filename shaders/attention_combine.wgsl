@@ -1,25 +1,9 @@
 // Decode attention, second pass of flash-decoding: merges the per-chunk results of
 // attention_split.wgsl. With chunk c's maximum m_c, sum s_c and weighted V a_c, and
 // M = max_c m_c: out = sum_c exp(m_c - M) a_c / sum_c exp(m_c - M) s_c.
-// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max).
+// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max) and
+// attention/params.wgsl.
 // One workgroup per (token, head): g = wid.x + wid.y * groups_x = token * n_head + head.
-
-struct AttentionParams {
-    n_tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    head_dim: u32,
-    pos0: u32,
-    // chunks per (token, head) in scratch
-    n_chunks: u32,
-    tile_q: u32,
-    tile_k: u32,
-    scale: f32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    pad0: u32,
-    pad1: u32,
-}
 
 // [n_tokens, n_head, n_chunks, 1 + head_dim / 4] vec4, as attention_split.wgsl writes it
 @group(0) @binding(0) var<storage, read> scratch: array<vec4<f32>>;
@@ -32,8 +16,6 @@ override CHUNK: u32 = 256u;
 
 // [n_groups, head_dim / 4] partial sums
 var<workgroup> part: array<vec4<f32>, MAX_WG>;
-
-const F32_MAX: f32 = 3.40282347e38;
 
 @compute @workgroup_size(WG)
 fn main(

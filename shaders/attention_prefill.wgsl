@@ -1,8 +1,9 @@
 // Prefill attention, tiled and causal with an online softmax (twin of kernels-ref's
-// ops::attention). Composed after kv/read.wgsl (the caches' types, fn kv_vec4: the tiles are
-// decoded as they are staged); no reduction. One workgroup per (head, tile of tile_q
-// query tokens): g = wid.x + wid.y * groups_x = query_tile * n_head + head, so neighbouring
-// workgroups read the same keys. The workgroup walks the key positions in tiles of tile_k,
+// ops::attention). Composed after attention/params.wgsl, attention/qkv.wgsl (bindings 0..2
+// and 4) and kv/read.wgsl (the caches' types, fn kv_vec4: the tiles are decoded as they are
+// staged); no reduction. One workgroup per (head, tile of tile_q query tokens):
+// g = wid.x + wid.y * groups_x = query_tile * n_head + head, so neighbouring workgroups read
+// the same keys. The workgroup walks the key positions in tiles of tile_k,
 // staging each tile's K and then its V in workgroup memory, and stops after the last position
 // its last query sees (tiles that are fully masked are never loaded).
 //
@@ -14,37 +15,8 @@
 
 override WG: u32 = 64u;
 
-struct AttentionParams {
-    n_tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    // multiple of 4, at most 256
-    head_dim: u32,
-    // position of the first query token
-    pos0: u32,
-    // split only
-    n_chunks: u32,
-    // query tokens per workgroup: tile_q * head_dim / 4 <= Q_SH4, tile_q <= WG
-    tile_q: u32,
-    // key positions per tile: tile_k * head_dim / 4 <= KV_SH4, tile_q * tile_k <= S_SH
-    tile_k: u32,
-    // score scale (usually 1 / sqrt(head_dim))
-    scale: f32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    pad0: u32,
-    pad1: u32,
-}
-
-// [n_tokens, n_head, head_dim]
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim] in K_TYPE's layout, as u32 words
-@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
-// [n_ctx, n_head_kv, head_dim] in V_TYPE's layout, as u32 words
-@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 // [n_tokens, n_head, head_dim]
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(4) var<uniform> P: AttentionParams;
 
 const Q_SH4: u32 = 512u;
 const KV_SH4: u32 = 256u;
@@ -58,8 +30,6 @@ var<workgroup> q_sh: array<vec4<f32>, Q_SH4>;
 var<workgroup> kv_sh: array<vec4<f32>, KV_SH4>;
 // [tile_q, tile_k] scores
 var<workgroup> s_sh: array<f32, S_SH>;
-
-const F32_MAX: f32 = 3.40282347e38;
 
 // Stages cache rows kv0..kv0 + tk of this kv head into kv_sh.
 fn load_tile(from_v: bool, kv0: u32, tk: u32, d4: u32, row4: u32, kv_off: u32, lid: u32) {

@@ -1,6 +1,7 @@
 // Prefill attention for CPU-like adapters with subgroups of 8 or more (lavapipe): the twin of
 // attention_prefill.wgsl (causal, online softmax, kernels-ref's ops::attention) for head_dim
-// 64, with no workgroup memory and no barrier. Composed after kv/read.wgsl (fn kv_vec4).
+// 64, with no workgroup memory and no barrier. Composed after attention/params.wgsl,
+// attention/qkv.wgsl (bindings 0..2 and 4) and kv/read.wgsl (fn kv_vec4).
 //
 // Why another layout: llvmpipe runs a subgroup of 8 as one SIMD vector, and a load whose
 // address is not statically uniform is a loop over the lanes. The tiled kernel has every lane
@@ -19,40 +20,11 @@
 
 override WG: u32 = 64u;
 
-struct AttentionParams {
-    n_tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    // 64 (HD4 vec4)
-    head_dim: u32,
-    // position of the first query token
-    pos0: u32,
-    // split only
-    n_chunks: u32,
-    // unused (the tile is WG queries, keys go by 8)
-    tile_q: u32,
-    tile_k: u32,
-    // score scale (usually 1 / sqrt(head_dim))
-    scale: f32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    pad0: u32,
-    pad1: u32,
-}
-
-// [n_tokens, n_head, head_dim]
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim] in K_TYPE's layout, as u32 words
-@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
-// [n_ctx, n_head_kv, head_dim] in V_TYPE's layout, as u32 words
-@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 // [n_tokens, n_head, head_dim]
 @group(0) @binding(3) var<storage, read_write> out: array<vec4<f32>>;
-@group(0) @binding(4) var<uniform> P: AttentionParams;
 
 // vec4 per head row
 const HD4: u32 = 16u;
-const F32_MAX: f32 = 3.40282347e38;
 
 // Scores of one block of 8 keys: keys j0..j0 + 3 in lo, j0 + 4..j0 + 7 in hi.
 struct Block {

@@ -4,8 +4,9 @@
 // of exp(score - m) and its unnormalised sum of exp(score - m) * v into `scratch`; the combine
 // pass merges the chunks with log-sum-exp rescaling. Splitting keeps every workgroup short
 // however long the context (GPU watchdogs) and gives a single decode token enough workgroups.
-// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max) and
-// kv/read.wgsl (the caches' types K_TYPE, V_TYPE and fn kv_vec4, decoding in the loops).
+// Composed after a reduce/*.wgsl fragment (override WG, MAX_WG, fn wg_sum, fn wg_max),
+// attention/params.wgsl, attention/qkv.wgsl (bindings 0..2 and 4) and kv/read.wgsl (the
+// caches' types K_TYPE, V_TYPE and fn kv_vec4, decoding in the loops).
 // Group g = wid.x + wid.y * groups_x = (token * n_head + head) * n_chunks + chunk.
 // With a single chunk (n_chunks = 1: a context of at most CHUNK positions) the workgroup
 // writes the finished output itself, acc * (1 / sum) as the combine pass would compute it
@@ -15,38 +16,8 @@
 // layout), through quantize_chunk.wgsl's `quantize_store`, composed before this kernel, so
 // the quantize_act launch goes too.
 
-struct AttentionParams {
-    n_tokens: u32,
-    n_head: u32,
-    n_head_kv: u32,
-    // multiple of 4, at most 4 * MAX_D4
-    head_dim: u32,
-    // position of the first query token
-    pos0: u32,
-    // chunks per (token, head): ceil((pos0 + n_tokens) / CHUNK)
-    n_chunks: u32,
-    // prefill only
-    tile_q: u32,
-    // prefill only
-    tile_k: u32,
-    // score scale (usually 1 / sqrt(head_dim))
-    scale: f32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    // 1: quantize the output (n_chunks = 1 only)
-    quant: u32,
-    pad1: u32,
-}
-
-// [n_tokens, n_head, head_dim]
-@group(0) @binding(0) var<storage, read> q: array<vec4<f32>>;
-// [n_ctx, n_head_kv, head_dim] in K_TYPE's layout, as u32 words
-@group(0) @binding(1) var<storage, read> k_cache: array<u32>;
-// [n_ctx, n_head_kv, head_dim] in V_TYPE's layout, as u32 words
-@group(0) @binding(2) var<storage, read> v_cache: array<u32>;
 // [n_tokens, n_head, n_chunks, 1 + head_dim / 4] vec4: (m, sum, 0, 0), then the weighted V
 @group(0) @binding(3) var<storage, read_write> scratch: array<vec4<f32>>;
-@group(0) @binding(4) var<uniform> P: AttentionParams;
 // [n_tokens, n_head, head_dim]: written only when n_chunks = 1 (else bound but unused)
 @group(0) @binding(5) var<storage, read_write> out: array<vec4<f32>>;
 // [n_tokens, n_head * head_dim / 4] words of four int8 codes and [n_tokens, n_head *
@@ -66,8 +37,6 @@ var<workgroup> q_sh: array<vec4<f32>, MAX_D4>;
 var<workgroup> p_sh: array<f32, MAX_CHUNK>;
 // [n_groups, head_dim / 4] partial weighted V sums; n_groups * head_dim / 4 <= max(WG, MAX_D4)
 var<workgroup> part: array<vec4<f32>, MAX_WG>;
-
-const F32_MAX: f32 = 3.40282347e38;
 
 @compute @workgroup_size(WG)
 fn main(

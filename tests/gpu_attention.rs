@@ -21,9 +21,9 @@ const GUARD: usize = 3;
 
 /// Workgroup-memory kernels, the subgroup ones where available (with the prefill lanes
 /// variant where the adapter takes it: CPU-like, subgroups of 8 or more), and (when
-/// `small_grid`) the portable ones and the lanes variant (where the subgroups are 8 or more
-/// wide) on a grid of at most 61 x 61 workgroups so the 2-D dispatch (and the skipping of
-/// surplus workgroups) runs for all but the smallest cases.
+/// `small_grid`) the portable ones and the lanes variant (where the adapter takes it) on a
+/// grid of at most 61 x 61 workgroups so the 2-D dispatch (and the skipping of surplus
+/// workgroups) runs for all but the smallest cases.
 fn kernel_sets(ctx: &GpuContext, small_grid: bool) -> Vec<Kernels> {
     let mut v = vec![Kernels::with_options(ctx, false).unwrap()];
     if ctx.has_subgroups() {
@@ -33,11 +33,13 @@ fn kernel_sets(ctx: &GpuContext, small_grid: bool) -> Vec<Kernels> {
         let mut k = Kernels::with_options(ctx, false).unwrap();
         k.max_groups_per_dim = 61;
         v.push(k);
-        if ctx.has_subgroups() && ctx.info.subgroup_min_size >= 8 {
+        // Only a set that chooses the lanes variant compiles it.
+        if ctx.has_subgroups() {
             let mut k = Kernels::with_options(ctx, true).unwrap();
-            k.max_groups_per_dim = 61;
-            k.attention_lanes = true;
-            v.push(k);
+            if k.attention_lanes {
+                k.max_groups_per_dim = 61;
+                v.push(k);
+            }
         }
     }
     v
@@ -346,6 +348,22 @@ fn attention_launches_picks_the_path_by_token_count() {
     };
     assert_eq!(keys(SPLIT_MAX_TOKENS + 1, 0), vec![prefill]);
     assert_eq!(keys(64, c), vec![prefill]);
+    // The tiled path is the tiled kernel whatever the set's layout.
+    let tiled = ks
+        .attention_launches_with(
+            AttentionPath::PrefillTiled,
+            &buf,
+            &buf,
+            &buf,
+            &scratch,
+            &buf,
+            &cfg,
+            64,
+            c,
+        )
+        .unwrap();
+    assert_eq!(tiled.len(), 1);
+    assert_eq!(tiled[0].key.label(), "attention_prefill");
     assert!(keys(0, 0).is_empty());
     assert_eq!(
         KernelKey::AttentionPrefill { kv: KvTypes::F32 }.label(),

@@ -13,13 +13,22 @@ use gpu_support::context;
 use memwall::gpu::selftest::{names, run_selftest, SelftestRow};
 use memwall::gpu::{GpuContext, KernelKey};
 
-/// What the adapter can run, decided here from its features (not by the selftest's own
-/// filter, which is what is under test).
+/// Whether the adapter's kernel sets take the prefill lanes attention: CPU-like with
+/// subgroups of 8 or more (lavapipe).
+fn takes_lanes(ctx: &GpuContext) -> bool {
+    ctx.has_subgroups() && ctx.info.device_type == "Cpu" && ctx.info.subgroup_min_size >= 8
+}
+
+/// What the adapter can run and its kernel sets launch, decided here from its features (not
+/// by the selftest's own filter, which is what is under test).
 fn expected(ctx: &GpuContext) -> HashSet<(String, String)> {
     KernelKey::all()
         .iter()
         .filter(|k| {
-            (!k.uses_subgroups() || ctx.has_subgroups()) && (!k.uses_f16() || ctx.has_f16())
+            (!k.uses_subgroups() || ctx.has_subgroups())
+                && (!k.uses_f16() || ctx.has_f16())
+                && k.min_subgroup_size() <= ctx.info.subgroup_min_size
+                && (!matches!(k, KernelKey::AttentionPrefillLanes { .. }) || takes_lanes(ctx))
         })
         .map(names)
         .collect()
@@ -57,6 +66,12 @@ fn selftest_covers_every_runnable_variant_and_passes() {
     assert_eq!(sg > 0, ctx.has_subgroups());
     let h = got.iter().filter(|(_, v)| v.ends_with(" f16")).count();
     assert_eq!(h > 0, ctx.has_f16());
+    // The lanes attention is tested where it is chosen (lavapipe), and only there.
+    let lanes = got
+        .iter()
+        .filter(|(k, _)| k == "attention_prefill_lanes")
+        .count();
+    assert_eq!(lanes > 0, takes_lanes(&ctx));
     let failed: Vec<&SelftestRow> = rows.iter().filter(|r| !r.pass).collect();
     assert!(failed.is_empty(), "failing variants: {failed:?}");
 }

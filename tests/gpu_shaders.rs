@@ -208,7 +208,8 @@ fn all_lists_every_variant_once() {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups());
         want.insert(key);
     }
-    // The prefill lanes variant: subgroups always, compiled by every context that has them.
+    // The prefill lanes variant: subgroups always, compiled by the contexts that choose it
+    // (memwall::gpu::layouts::AdapterFacts::keys).
     for kv in kv_type_pairs() {
         let key = KernelKey::AttentionPrefillLanes { kv };
         assert!(!key.has_reduction_choice() && key.uses_subgroups());
@@ -259,4 +260,58 @@ fn all_lists_every_variant_once() {
     // Labels name pipelines and failures: they must be distinct.
     let labels: HashSet<String> = all.iter().map(|k| k.label()).collect();
     assert_eq!(labels.len(), all.len());
+}
+
+/// Every attention kernel composes `struct AttentionParams` from one fragment: its members
+/// are the Rust twin's fields, in order, at the Rust offsets, and its size is the Rust size
+/// (the host writes the Rust struct's bytes into the kernel's uniform).
+#[test]
+fn attention_params_match_the_rust_struct() {
+    use memwall::gpu::shaders::AttentionParams as P;
+    use std::mem::{offset_of, size_of};
+    // (name, offset) of each Rust field, in declaration order.
+    macro_rules! fields {
+        ($($f:ident),*) => { [$((stringify!($f), offset_of!(P, $f))),*] };
+    }
+    let want = fields!(
+        n_tokens, n_head, n_head_kv, head_dim, pos0, n_chunks, tile_q, tile_k, scale, groups_x,
+        quant, pad1
+    );
+    let attention = KernelKey::all().into_iter().filter(|k| {
+        matches!(
+            k,
+            KernelKey::AttentionSplit { .. }
+                | KernelKey::AttentionCombine { .. }
+                | KernelKey::AttentionPrefill { .. }
+                | KernelKey::AttentionPrefillLanes { .. }
+        )
+    });
+    let mut n = 0;
+    for key in attention {
+        let module = naga::front::wgsl::parse_str(&key.source()).unwrap();
+        let (members, span) = module
+            .types
+            .iter()
+            .find_map(|(_, t)| match (&t.name, &t.inner) {
+                (Some(name), naga::TypeInner::Struct { members, span })
+                    if name == "AttentionParams" =>
+                {
+                    Some((members, *span))
+                }
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("{}: no struct AttentionParams", key.label()));
+        let got: Vec<(&str, usize)> = members
+            .iter()
+            .map(|m| (m.name.as_deref().unwrap_or("?"), m.offset as usize))
+            .collect();
+        assert_eq!(got, want, "{}", key.label());
+        assert_eq!(span as usize, size_of::<P>(), "{}", key.label());
+        n += 1;
+    }
+    // Split and combine in both reductions, prefill and lanes per cache type pair.
+    assert_eq!(
+        n,
+        2 * (kv_type_pairs().count() + 1) + 2 * kv_type_pairs().count()
+    );
 }

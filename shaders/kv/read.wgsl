@@ -5,7 +5,7 @@
 // 3 q4_0 (18-byte blocks: f16 scale, 16 bytes of nibbles: value i < 16 is the low nibble of
 // byte i, value i + 16 its high nibble). Blocks run along head_dim (a multiple of 32 for the
 // block types), so a block never straddles heads or rows; a block starts on an even byte.
-// The op declares `k_cache` and `v_cache` (array<u32>).
+// attention/qkv.wgsl declares `k_cache` and `v_cache` (array<u32>).
 
 // Set per pipeline (src/gpu/kernels.rs); the compiler folds the switch below.
 override K_TYPE: u32 = 0u;

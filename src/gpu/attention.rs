@@ -106,8 +106,13 @@ pub enum AttentionPath {
     /// `attention_combine` (skipped when one chunk holds the context: the split pass then
     /// writes the output). Needs the scratch buffer.
     Split,
-    /// Tiled causal prefill (`attention_prefill`); the scratch buffer is not used.
+    /// Causal prefill in the set's layout: `attention_prefill_lanes` where
+    /// [`Kernels::attention_lanes`] chose it (64-dim heads), else `attention_prefill`; the
+    /// scratch buffer is not used.
     Prefill,
+    /// The tiled causal prefill (`attention_prefill`) whatever the set's layout (the selftest
+    /// checks it on adapters that take the lanes variant).
+    PrefillTiled,
 }
 
 /// f32 elements of split scratch one query token needs at the full context:
@@ -462,11 +467,12 @@ impl Kernels {
                 );
                 Ok((vec![split, combine], false))
             }
-            AttentionPath::Prefill => {
+            AttentionPath::Prefill | AttentionPath::PrefillTiled => {
                 // CPU-like adapters: a query per invocation, a workgroup per (WG queries,
                 // head); where the lanes variant failed its selftest, its launch fallback.
                 let lanes = KernelKey::AttentionPrefillLanes { kv: cfg.kv };
-                if self.attention_lanes
+                if path == AttentionPath::Prefill
+                    && self.attention_lanes
                     && cfg.head_dim == PREFILL_LANES_HEAD_DIM
                     && !self.unavailable.contains(&lanes)
                 {

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use crate::error::{Error, Result};
 use crate::gpu::device::{AdapterInfoRow, GpuContext};
 use crate::gpu::known_bad::{self, KnownBad};
+use crate::gpu::layouts::AdapterFacts;
 use crate::gpu::selftest;
 use crate::gpu::shaders::KernelKey;
 use crate::gpu::variants;
@@ -213,16 +214,19 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     })
 }
 
-/// The variants of [`KernelKey::all`] a model whose weights are in `formats` needs on `ctx`
-/// with kernels chosen by `opts` (the bandwidth probe belongs to `memwall bench`).
+/// The variants a model whose weights are in `formats` needs on an adapter with `facts`
+/// with kernels chosen by `opts`: of [`AdapterFacts::keys`] (the bandwidth probe belongs to
+/// `memwall bench`).
 pub fn needed_keys(
+    facts: &AdapterFacts,
     opts: crate::gpu::KernelOptions,
     formats: &HashSet<crate::gpu::WeightFormat>,
     kv: crate::kv_type::KvTypes,
 ) -> Vec<KernelKey> {
-    KernelKey::all()
+    facts
+        .keys(opts)
         .into_iter()
-        .filter(|k| opts.compiles(k) && *k != KernelKey::BandwidthProbe)
+        .filter(|k| *k != KernelKey::BandwidthProbe)
         .filter(|k| variants::weight_format(k).is_none_or(|f| formats.contains(&f)))
         .filter(|k| kv_needed(k, kv))
         .collect()

@@ -12,13 +12,11 @@ use wgpu::util::DeviceExt;
 use crate::error::{Error, Result};
 use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
+use crate::gpu::layouts::AdapterFacts;
 use crate::gpu::pipelines::compile;
 pub use crate::gpu::pipelines::reflect_bindings;
 use crate::gpu::repack::PackedMatrix;
-use crate::gpu::shaders::{
-    KernelKey, MatvecParams, RmsNormParams, WeightFormat, MAX_WORKGROUP_SIZE,
-    MIN_SUBGROUP_BROADCAST, QK,
-};
+use crate::gpu::shaders::{KernelKey, MatvecParams, RmsNormParams, WeightFormat, QK};
 use crate::gpu::{selftest, variants};
 
 /// Workgroup size used for every kernel when the device allows it (`override WG`).
@@ -78,12 +76,13 @@ pub struct Kernels {
     pub max_groups_per_dim: u32,
     /// Matvec launches use `MatvecRows` (one invocation per row, no barriers) instead of the
     /// workgroup-reduction `Matvec`: chosen for CPU-like adapters (lavapipe runs a 64-wide
-    /// workgroup as 8 SIMD passes and pays dearly for every barrier). Tests set it either way.
+    /// workgroup as 8 SIMD passes and pays dearly for every barrier; see
+    /// [`AdapterFacts::matvec_rows`]). Tests set it either way.
     pub matvec_rows: bool,
     /// Prefill attention of 64-dim heads uses `AttentionPrefillLanes` (a query per
-    /// invocation, keys shared by subgroup broadcasts) instead of the workgroup-memory tiles:
-    /// chosen for CPU-like adapters with subgroups of 8 or more, where every lane reading the
-    /// same workgroup element is a loop over the lanes. Tests set it either way.
+    /// invocation, keys shared by subgroup broadcasts) instead of the workgroup-memory tiles,
+    /// as [`AdapterFacts::attention_lanes`] decides. Only a set that chooses it compiles that
+    /// key ([`AdapterFacts::keys`]), so tests may turn it off, never on.
     pub attention_lanes: bool,
     /// (requested, compiled) for every key compiled from a fallback variant.
     pub substitutions: Vec<(KernelKey, KernelKey)>,
@@ -379,13 +378,8 @@ impl Kernels {
                 ctx.info.name
             )));
         }
-        // Largest power of two within the device limit, the default and MAX_WG.
-        let cap = DEFAULT_WORKGROUP_SIZE
-            .min(MAX_WORKGROUP_SIZE)
-            .min(ctx.limits.max_compute_invocations_per_workgroup)
-            .min(ctx.limits.max_compute_workgroup_size_x)
-            .max(1);
-        let workgroup_size = 1u32 << (31 - cap.leading_zeros());
+        let facts = AdapterFacts::of(ctx);
+        let workgroup_size = facts.workgroup_size;
         let mut pipelines = HashMap::new();
         let mut compiled: HashMap<KernelKey, Pipeline> = HashMap::new();
         let mut substitutions = Vec::new();
@@ -396,10 +390,7 @@ impl Kernels {
                 && !unusable.contains(k)
                 && variants::partner(*k).is_none_or(|p| !unusable.contains(&p))
         };
-        for key in KernelKey::all() {
-            if !opts.compiles(&key) {
-                continue;
-            }
+        for key in facts.keys(opts) {
             let Some(actual) = variants::fallbacks(key).into_iter().find(|k| usable(k)) else {
                 unavailable.push(key);
                 continue;
@@ -427,11 +418,8 @@ impl Kernels {
             f16,
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
-            matvec_rows: ctx.info.device_type == "Cpu",
-            attention_lanes: subgroup
-                && ctx.info.device_type == "Cpu"
-                && ctx.info.subgroup_min_size >= MIN_SUBGROUP_BROADCAST
-                && workgroup_size >= MIN_SUBGROUP_BROADCAST,
+            matvec_rows: facts.matvec_rows(),
+            attention_lanes: facts.attention_lanes(subgroup),
             substitutions,
             unavailable,
             deferred,

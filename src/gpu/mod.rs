@@ -19,6 +19,7 @@
 //! - [`health`], [`startup`], [`known_bad`], [`variants`]: the start-up selftest of the
 //!   variants a model needs, kept per adapter on disk; failed or known-bad variants replaced
 //!   by their fallbacks, stages without any working variant kept on the CPU.
+//! - [`layouts`]: the launch layouts (and so the key sets) chosen from the adapter's facts.
 //! - [`pipelines`]: pipeline creation (reflected layouts, the on-disk pipeline cache).
 //! - [`probe`]: the memory bandwidth probe `memwall bench` measures the floor with.
 //! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
@@ -31,6 +32,7 @@ pub mod faults;
 pub mod health;
 pub mod kernels;
 pub mod known_bad;
+pub mod layouts;
 pub mod matmul;
 pub mod ops;
 pub mod params;

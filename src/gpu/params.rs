@@ -146,8 +146,8 @@ pub struct KvStoreParams {
     pub pad1: u32,
 }
 
-/// Uniform parameters of `shaders/attention_{split,combine,prefill}.wgsl`
-/// (`struct AttentionParams`, the same in all three).
+/// Uniform parameters of the attention kernels: `struct AttentionParams` of
+/// `shaders/attention/params.wgsl`, composed into each (tests/gpu_shaders.rs checks the twin).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct AttentionParams {

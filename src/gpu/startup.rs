@@ -9,6 +9,7 @@ use crate::error::Result;
 use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
 use crate::gpu::health::{self, Health, HealthOptions};
+use crate::gpu::layouts::AdapterFacts;
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 use crate::gpu::weights::gpu_weight_format;
 use crate::gpu::{variants, KernelOptions};
@@ -132,9 +133,13 @@ pub fn model_keys(
     kv: KvTypes,
 ) -> Result<HashSet<KernelKey>> {
     let formats = StageFormats::of(gguf, cfg)?;
-    Ok(health::needed_keys(kernel_options(ctx), &formats.all(), kv)
-        .into_iter()
-        .collect())
+    Ok(needed_keys(ctx, &formats, kv).into_iter().collect())
+}
+
+/// [`health::needed_keys`] on `ctx` with the options and layouts a model load chooses there.
+fn needed_keys(ctx: &GpuContext, formats: &StageFormats, kv: KvTypes) -> Vec<KernelKey> {
+    let facts = AdapterFacts::of(ctx);
+    health::needed_keys(&facts, kernel_options(ctx), &formats.all(), kv)
 }
 
 /// Runs (or reads from the record) the health check of the variants `gguf`'s model needs on
@@ -148,7 +153,7 @@ pub fn check_model(
     opts: &HealthOptions,
 ) -> Result<(Health, Placement)> {
     let formats = StageFormats::of(gguf, cfg)?;
-    let needed = health::needed_keys(kernel_options(ctx), &formats.all(), kv);
+    let needed = needed_keys(ctx, &formats, kv);
     let mut h = health::check(ctx, &needed, opts)?;
     let capable = gpu_capable(&formats, &h.unavailable);
     let cpu_layers = capable.layers.iter().filter(|&&d| d == Device::Cpu).count();

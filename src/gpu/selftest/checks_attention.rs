@@ -333,7 +333,7 @@ pub(super) fn prefill(
         (5, 1, 80, 18, 37, true),
         (3, 1, 96, 18, 37, true),
     ];
-    attention_cases(ctx, ks, AttentionPath::Prefill, &[key], kv, &cases)
+    attention_cases(ctx, ks, AttentionPath::PrefillTiled, &[key], kv, &cases)
 }
 
 /// The lanes variant (head_dim 64 only): GQA prompts from position 0 and after a context,

@@ -22,6 +22,7 @@ use std::fmt::Write;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Dispatch, KernelOptions, Kernels, Launch};
+use crate::gpu::layouts::AdapterFacts;
 use crate::gpu::shaders::KernelKey;
 
 /// f32 unit roundoff (round to nearest).
@@ -52,11 +53,13 @@ pub fn runnable(ctx: &GpuContext, key: &KernelKey) -> bool {
         && key.min_subgroup_size() <= ctx.info.subgroup_min_size
 }
 
-/// Every variant of [`KernelKey::all`] `ctx` can run, in that order.
+/// Every variant of [`KernelKey::all`] `ctx` can run and its kernel sets launch
+/// ([`AdapterFacts::launches`]), in that order.
 pub fn runnable_keys(ctx: &GpuContext) -> Vec<KernelKey> {
+    let facts = AdapterFacts::of(ctx);
     KernelKey::all()
         .into_iter()
-        .filter(|k| runnable(ctx, k))
+        .filter(|k| runnable(ctx, k) && facts.launches(facts.subgroups, k))
         .collect()
 }
 
@@ -326,12 +329,11 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
             key,
             crate::kv_type::KvTypes::F32,
         ),
-        KernelKey::AttentionPrefill { kv } => {
-            ks.attention_lanes = false;
-            checks_attention::prefill(ctx, ks, key, kv)
-        }
+        // The tiled prefill is asked for by its path (also where the set takes the lanes
+        // variant); the lanes variant is only checked where its set chooses it
+        // (runnable_keys), and `prepare` refuses a launch of the other one.
+        KernelKey::AttentionPrefill { kv } => checks_attention::prefill(ctx, ks, key, kv),
         KernelKey::AttentionPrefillLanes { kv } => {
-            ks.attention_lanes = true;
             checks_attention::prefill_lanes(ctx, ks, key, kv)
         }
         // The row layouts and the 8-bit path are chosen per launch by `Kernels` fields: set
@@ -382,14 +384,12 @@ impl<'c> Runner<'c> {
                 e.insert(Kernels::with_config(ctx, options(&key))?)
             }
         };
-        let (max_groups, row_layout, lanes) =
-            (ks.max_groups_per_dim, ks.matvec_rows, ks.attention_lanes);
+        let (max_groups, row_layout) = (ks.max_groups_per_dim, ks.matvec_rows);
         let r = check_key(ctx, ks, key);
         // Checks lower the grid limit for their 2-D dispatch case and pick the matvec layout;
         // the next one starts afresh.
         ks.max_groups_per_dim = max_groups;
         ks.matvec_rows = row_layout;
-        ks.attention_lanes = lanes;
         let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
         Ok(w.row(&key))
     }

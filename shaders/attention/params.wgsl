@@ -1,0 +1,31 @@
+// Shared head of the attention kernels (attention_split.wgsl, attention_combine.wgsl,
+// attention_prefill.wgsl, attention_prefill_lanes.wgsl): their one parameter struct, the
+// twin of src/gpu/params.rs's `AttentionParams` (tests/gpu_shaders.rs checks the two agree),
+// and the constants they share. Each kernel binds `P` itself (its binding number differs).
+
+struct AttentionParams {
+    n_tokens: u32,
+    n_head: u32,
+    n_head_kv: u32,
+    // multiple of 4; at most 4 * MAX_D4 (split), 64 (prefill lanes)
+    head_dim: u32,
+    // position of the first query token
+    pos0: u32,
+    // split and combine: chunks per (token, head), ceil((pos0 + n_tokens) / CHUNK)
+    n_chunks: u32,
+    // tiled prefill: query tokens per workgroup, tile_q * head_dim / 4 <= Q_SH4,
+    // tile_q <= WG (lanes: WG, unused)
+    tile_q: u32,
+    // tiled prefill: key positions per tile, tile_k * head_dim / 4 <= KV_SH4,
+    // tile_q * tile_k <= S_SH
+    tile_k: u32,
+    // score scale (usually 1 / sqrt(head_dim))
+    scale: f32,
+    // workgroups along x in the dispatch
+    groups_x: u32,
+    // split: 1 quantizes the output (n_chunks = 1 only)
+    quant: u32,
+    pad1: u32,
+}
+
+const F32_MAX: f32 = 3.40282347e38;
