@@ -32,14 +32,9 @@ fn main(
     if (group >= P.row_groups || row >= P.rows) {
         return;
     }
-    // Weight rows of the four (rows past the matrix read its last row; not stored).
-    let last_row = P.w_row0 + P.rows - 1u;
-    let w0 = P.w_row0 + row;
-    let w1 = min(w0 + WG, last_row);
-    let w2 = min(w0 + 2u * WG, last_row);
-    let w3 = min(w0 + 3u * WG, last_row);
+    let w = rows4(row);
     let bpr = P.blocks_per_row;
-    let n = min(P.n_tokens, MAX_TOKENS);
+    let n = launch_tokens();
     for (var t0 = 0u; t0 < n; t0 += 8u) {
         // A last partial tile recomputes token n - 1 in its surplus slots (valid reads, the
         // results are not stored): one loop body for every tile.
@@ -61,10 +56,10 @@ fn main(
         var a6 = vec4<f32>(0.0);
         var a7 = vec4<f32>(0.0);
         for (var b = 0u; b < bpr; b++) {
-            let c0 = dq_chunk(w0, b, P.cols);
-            let c1 = dq_chunk(w1, b, P.cols);
-            let c2 = dq_chunk(w2, b, P.cols);
-            let c3 = dq_chunk(w3, b, P.cols);
+            let c0 = dq_chunk(w.w0, b, P.cols);
+            let c1 = dq_chunk(w.w1, b, P.cols);
+            let c2 = dq_chunk(w.w2, b, P.cols);
+            let c3 = dq_chunk(w.w3, b, P.cols);
             a0 += tok4_at(c0, c1, c2, c3, i0 + b);
             a1 += tok4_at(c0, c1, c2, c3, i1 + b);
             a2 += tok4_at(c0, c1, c2, c3, i2 + b);

@@ -23,14 +23,9 @@ fn main(
     let row0 = group * 4u * WG + lid;
     let live = group < P.row_groups && row0 < P.rows;
     let row = min(row0, P.rows - 1u);
-    // Weight rows of the four (rows past the matrix read its last row; not stored).
-    let last_row = P.w_row0 + P.rows - 1u;
-    let w0 = P.w_row0 + row;
-    let w1 = min(w0 + WG, last_row);
-    let w2 = min(w0 + 2u * WG, last_row);
-    let w3 = min(w0 + 3u * WG, last_row);
+    let w = rows4(row);
     let bpr = P.blocks_per_row;
-    let n = min(P.n_tokens, MAX_TOKENS);
+    let n = launch_tokens();
     for (var t0 = 0u; t0 < n; t0 += 8u) {
         // This lane's token of the tile; a last partial tile repeats token n - 1 (valid
         // reads, the results are not stored).
@@ -44,10 +39,10 @@ fn main(
         var a6 = vec4<f32>(0.0);
         var a7 = vec4<f32>(0.0);
         for (var b = 0u; b < bpr; b++) {
-            let c0 = dq_chunk(w0, b, P.cols);
-            let c1 = dq_chunk(w1, b, P.cols);
-            let c2 = dq_chunk(w2, b, P.cols);
-            let c3 = dq_chunk(w3, b, P.cols);
+            let c0 = dq_chunk(w.w0, b, P.cols);
+            let c1 = dq_chunk(w.w1, b, P.cols);
+            let c2 = dq_chunk(w.w2, b, P.cols);
+            let c3 = dq_chunk(w.w3, b, P.cols);
             let qa = qx[(mine + b) * 2u];
             let qb = qx[(mine + b) * 2u + 1u];
             // Three scalar loads (a vec4 load is four lane loops): d Σq is not used.

@@ -6,6 +6,26 @@
 // the same order for both, so their results match each other and matvec_q8_rows.wgsl bit for
 // bit.
 
+// The weight rows an invocation reads: w0 for output row `row` (below P.rows), w1..w3 for rows
+// row + WG, + 2 WG, + 3 WG, clamped to the matrix's last row (read, never stored).
+struct Rows4 {
+    w0: u32,
+    w1: u32,
+    w2: u32,
+    w3: u32,
+}
+
+fn rows4(row: u32) -> Rows4 {
+    let last_row = P.w_row0 + P.rows - 1u;
+    let w0 = P.w_row0 + row;
+    return Rows4(w0, min(w0 + WG, last_row), min(w0 + 2u * WG, last_row), min(w0 + 3u * WG, last_row));
+}
+
+// Tokens of this launch (the host splits larger batches).
+fn launch_tokens() -> u32 {
+    return min(P.n_tokens, MAX_TOKENS);
+}
+
 // Chunk `ch` dotted with one token's chunk (codes x0..x7, scales xd = (d, d Σq half 0,
 // d Σq half 1)): matvec_q8_rows.wgsl's `chunk_dot` (exact i32 half sums, then the same f32
 // operations in the same order).
