@@ -15,7 +15,7 @@
 use memwall::gpu::kernels::{read_f32, upload_u32};
 use memwall::gpu::GpuContext;
 
-use crate::matvec::{median, time_once};
+use crate::matvec::{median, texture, time_once};
 use wgpu::util::DeviceExt;
 
 /// vec4 per row: a 4096-column Q4_0/Q4_1 row's code words (128 blocks x 16 bytes).
@@ -106,38 +106,8 @@ pub fn run(ctx: &GpuContext) {
         .map(|i| (i as u32).wrapping_mul(2654435761) ^ (i >> 32) as u32)
         .collect();
     let wv = upload_u32(ctx, "wv", &words).expect("weights buffer");
-    let size = wgpu::Extent3d {
-        width: w,
-        height,
-        depth_or_array_layers: 1,
-    };
-    let tex = dev.create_texture(&wgpu::TextureDescriptor {
-        label: Some("wt"),
-        size,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba32Uint,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    ctx.queue.write_texture(
-        wgpu::TexelCopyTextureInfo {
-            texture: &tex,
-            mip_level: 0,
-            origin: wgpu::Origin3d::ZERO,
-            aspect: wgpu::TextureAspect::All,
-        },
-        bytemuck::cast_slice(&words),
-        wgpu::TexelCopyBufferLayout {
-            offset: 0,
-            bytes_per_row: Some(w * 16),
-            rows_per_image: Some(height),
-        },
-        size,
-    );
+    let view = texture(ctx, wgpu::TextureFormat::Rgba32Uint, 4, w, &words);
     drop(words);
-    let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
     let out = upload_u32(ctx, "out", &vec![0; rows as usize]).expect("out");
     for (name, per_inv, body) in PATTERNS {
         let n_inv = rows / per_inv;

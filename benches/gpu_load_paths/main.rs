@@ -164,37 +164,8 @@ fn main() {
         bytemuck::cast_slice(&[ROWS, BPR, REPS, 0u32]),
         wgpu::BufferUsages::UNIFORM,
     );
-    let size = wgpu::Extent3d {
-        width: BPR,
-        height: ROWS,
-        depth_or_array_layers: 1,
-    };
-    let tex = dev.create_texture(&wgpu::TextureDescriptor {
-        label: Some("wt"),
-        size,
-        mip_level_count: 1,
-        sample_count: 1,
-        dimension: wgpu::TextureDimension::D2,
-        format: wgpu::TextureFormat::Rgba32Uint,
-        usage: wgpu::TextureUsages::TEXTURE_BINDING | wgpu::TextureUsages::COPY_DST,
-        view_formats: &[],
-    });
-    ctx.queue.write_texture(
-        wgpu::TexelCopyTextureInfo {
-            texture: &tex,
-            mip_level: 0,
-            origin: wgpu::Origin3d::ZERO,
-            aspect: wgpu::TextureAspect::All,
-        },
-        bytemuck::cast_slice(&words),
-        wgpu::TexelCopyBufferLayout {
-            offset: 0,
-            bytes_per_row: Some(BPR * 16),
-            rows_per_image: Some(ROWS),
-        },
-        size,
-    );
-    let view = tex.create_view(&wgpu::TextureViewDescriptor::default());
+    // weights again as [ROWS][BPR] rgba32uint texels
+    let view = matvec::texture(&ctx, wgpu::TextureFormat::Rgba32Uint, 4, BPR, &words);
     println!(
         "{} ({:?}): {ROWS} invocations x {REPS} x {BPR} chunks, {LAUNCHES} launches",
         ctx.info.name, ctx.info.backend

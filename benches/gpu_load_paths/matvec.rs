@@ -87,7 +87,7 @@ fn values(seed: &mut u64, n: usize) -> Vec<f32> {
 
 /// A `w`-wide texture of `format` holding `data` (`texel_words` u32 per texel), zero-padded
 /// to whole rows.
-fn texture(
+pub fn texture(
     ctx: &GpuContext,
     format: wgpu::TextureFormat,
     texel_words: usize,
