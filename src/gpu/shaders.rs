@@ -74,15 +74,10 @@ const KV_STORE: &str = include_str!("../../shaders/kv_store.wgsl");
 // Head of every attention kernel: `struct AttentionParams` (the twin of params.rs's) and the
 // shared constants.
 const ATTENTION_PARAMS: &str = include_str!("../../shaders/attention/params.wgsl");
-// Head of the attention kernels that read the query and the caches: the params, their common
-// bindings and the caches' decoding.
-const ATTENTION_QKV: &str = concat!(
-    include_str!("../../shaders/attention/params.wgsl"),
-    "\n",
-    include_str!("../../shaders/attention/qkv.wgsl"),
-    "\n",
-    include_str!("../../shaders/kv/read.wgsl")
-);
+// Bindings of the attention kernels that read the query and the caches (composed after
+// ATTENTION_PARAMS, before KV_READ).
+const ATTENTION_QKV: &str = include_str!("../../shaders/attention/qkv.wgsl");
+const KV_READ: &str = include_str!("../../shaders/kv/read.wgsl");
 const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
 const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
 const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
@@ -608,11 +603,27 @@ impl KernelKey {
             KernelKey::AddBias => vec![ADD_BIAS],
             KernelKey::KvStore { .. } => vec![KV_STORE],
             KernelKey::AttentionSplit { .. } => {
-                vec![reduce, ATTENTION_QKV, QUANTIZE_CHUNK, ATTENTION_SPLIT]
+                vec![
+                    reduce,
+                    ATTENTION_PARAMS,
+                    ATTENTION_QKV,
+                    KV_READ,
+                    QUANTIZE_CHUNK,
+                    ATTENTION_SPLIT,
+                ]
             }
             KernelKey::AttentionCombine { .. } => vec![reduce, ATTENTION_PARAMS, ATTENTION_COMBINE],
-            KernelKey::AttentionPrefill { .. } => vec![ATTENTION_QKV, ATTENTION_PREFILL],
-            KernelKey::AttentionPrefillLanes { .. } => vec![ATTENTION_QKV, ATTENTION_PREFILL_LANES],
+            KernelKey::AttentionPrefill { .. } => {
+                vec![ATTENTION_PARAMS, ATTENTION_QKV, KV_READ, ATTENTION_PREFILL]
+            }
+            KernelKey::AttentionPrefillLanes { .. } => {
+                vec![
+                    ATTENTION_PARAMS,
+                    ATTENTION_QKV,
+                    KV_READ,
+                    ATTENTION_PREFILL_LANES,
+                ]
+            }
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, .. } => {
