@@ -227,6 +227,22 @@ pub fn upload_matrix(ctx: &GpuContext, m: &PackedMatrix) -> Result<GpuMatrix> {
     })
 }
 
+/// Runs the copies wgpu has queued for buffers created with contents, and waits for them.
+/// Why: `create_buffer_init` of a buffer the host cannot map fills a staging buffer and
+/// queues a copy that only runs at the next submit. Without this, a load would keep staging
+/// buffers as large as all its weights alive until the first forward pass (twice the
+/// weights' memory at the peak), and that pass would pay for every copy.
+pub fn flush_uploads(ctx: &GpuContext) -> Result<()> {
+    ctx.before_submit()?;
+    ctx.scoped("upload", || {
+        ctx.queue.submit([]);
+        ctx.device
+            .poll(wgpu::PollType::wait_indefinitely())
+            .map_err(|e| Error::Gpu(format!("wait for the weight upload: {e}")))?;
+        Ok(())
+    })
+}
+
 /// Submits the dispatches in one command buffer, in order, and waits for them.
 pub fn run(ctx: &GpuContext, dispatches: &[&Dispatch]) -> Result<()> {
     ctx.before_submit()?;

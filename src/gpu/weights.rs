@@ -16,7 +16,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{upload_f32, upload_matrix, GpuMatrix, Kernels};
+use crate::gpu::kernels::{flush_uploads, upload_f32, upload_matrix, GpuMatrix, Kernels};
 use crate::gpu::ops::{rope_freqs, RopeConfig};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::WeightFormat;
@@ -121,6 +121,10 @@ pub struct GpuModel {
     /// What the start-up check found (empty when the model was loaded without one).
     pub health: crate::gpu::health::HealthReport,
 }
+
+/// Weight bytes a load uploads between two waits for the upload copies: the staging memory
+/// it holds beyond the weights (see `flush_uploads`).
+const FLUSH_BYTES: u64 = 32 << 20;
 
 /// The weights uploaded so far by [`GpuModel::load`].
 #[derive(Default)]
@@ -227,6 +231,8 @@ impl GpuModel {
         let mut up = Uploads::default();
         let mut upload_failure = None;
         let mut stage = (None, 0u64);
+        // Weight bytes whose upload copies have run (see `flush_uploads`).
+        let mut flushed = 0u64;
         for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
             if let Some(p) = &opts.resident {
                 // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
@@ -244,7 +250,14 @@ impl GpuModel {
                 stage = (id.layer_index(), up.weight_bytes);
             }
             match up.upload(&ctx, gguf, id, &dims, opts, limit) {
-                Ok(()) => {}
+                Ok(()) => {
+                    // Bounds the staging memory of a load to about FLUSH_BYTES beyond the
+                    // largest weight.
+                    if up.weight_bytes - flushed >= FLUSH_BYTES {
+                        flush_uploads(&ctx)?;
+                        flushed = up.weight_bytes;
+                    }
+                }
                 // The memory is full: keep what fits, the stages missing a weight run on the
                 // CPU (the caller re-places them, see `GpuModel::upload_failure`).
                 Err(Error::OutOfMemory { what }) => {
@@ -272,6 +285,7 @@ impl GpuModel {
             neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
         };
         let rope_freqs = upload_f32(&ctx, "rope.freqs", &rope_freqs(&rope))?;
+        flush_uploads(&ctx)?;
         let timestamps =
             !opts.no_timestamps && ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY);
         Ok(GpuModel {
