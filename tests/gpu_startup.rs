@@ -146,13 +146,32 @@ fn an_operation_without_working_variant_runs_on_the_cpu() {
     );
     assert_eq!(ids(&m), want, "attention routed to the CPU");
     drop(m);
-    // Every variant of one weight format's prefill matmul (the synthetic model is Q8_0
-    // throughout): the stages decoding it move, the lookup (its own kernel) stays.
-    let m = gpu(forcing(&dir, &["matmul_q8_0"]));
+    // Every kernel that multiplies by a Q8_0 matrix, in both matvec layouts (the synthetic
+    // model is Q8_0 throughout): the stages decoding it move, the lookup (its own kernel)
+    // stays.
+    let m = gpu(forcing(&dir, &["matmul_q8*", "matvec_q8*"]));
     let p = &m.placement().decode;
     assert!(p.layers.iter().all(|&d| d == Device::Cpu) && p.head == Device::Cpu);
     assert_eq!(p.embed, Device::Gpu);
     assert_eq!(ids(&m), want, "Q8_0 matrices routed to the CPU");
+    drop(m);
+    // A failing kernel of the layout this adapter never launches is not even checked: it
+    // moves nothing.
+    let rows = gpu(forcing(&dir, &[])).gpu().unwrap().kernels.matvec_rows;
+    let unused: &[&str] = if rows {
+        &["matmul_q8_0", "matvec_q8_q8_0*"]
+    } else {
+        &["matmul_q8_rows*", "matvec_q8_rows*"]
+    };
+    let m = gpu(forcing(&dir, unused));
+    let h = &m.gpu().unwrap().health;
+    assert!(h.unavailable.is_empty(), "{h:?}");
+    assert!(m
+        .placement()
+        .decode
+        .layers
+        .iter()
+        .all(|&d| d == Device::Gpu));
 }
 
 #[test]

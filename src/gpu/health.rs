@@ -215,8 +215,8 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 }
 
 /// The variants a model whose weights are in `formats` needs on an adapter with `facts`
-/// with kernels chosen by `opts`: of [`AdapterFacts::keys`] (the bandwidth probe belongs to
-/// `memwall bench`).
+/// with kernels chosen by `opts`: those of [`AdapterFacts::keys`] it
+/// [`chooses`](AdapterFacts::chooses) (the bandwidth probe belongs to `memwall bench`).
 pub fn needed_keys(
     facts: &AdapterFacts,
     opts: crate::gpu::KernelOptions,
@@ -226,6 +226,7 @@ pub fn needed_keys(
     facts
         .keys(opts)
         .into_iter()
+        .filter(|k| facts.chooses(opts.subgroup, k))
         .filter(|k| *k != KernelKey::BandwidthProbe)
         .filter(|k| variants::weight_format(k).is_none_or(|f| formats.contains(&f)))
         .filter(|k| kv_needed(k, kv))

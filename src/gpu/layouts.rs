@@ -66,6 +66,26 @@ impl AdapterFacts {
         }
     }
 
+    /// Whether a set with `subgroup` reductions on this adapter launches `key` when no test
+    /// forces the other matvec layout (`Kernels::matvec_rows`): the start-up set
+    /// ([`health::needed_keys`](crate::gpu::health::needed_keys)) compiles and selftests
+    /// only these. The other layout's keys stay deferred in every set (compiled on first
+    /// use), so a start never pays for kernels its launch planner never picks.
+    pub fn chooses(&self, subgroup: bool, key: &KernelKey) -> bool {
+        let rows_layout = match key {
+            KernelKey::MatvecRows { .. }
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. } => Some(true),
+            KernelKey::Matvec { .. }
+            | KernelKey::Matmul { .. }
+            | KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Out { .. } => Some(false),
+            _ => None,
+        };
+        self.launches(subgroup, key) && rows_layout.is_none_or(|r| r == self.matvec_rows())
+    }
+
     /// The keys a set with `opts` on this adapter compiles (before fallbacks), in
     /// [`KernelKey::all`]'s order.
     pub fn keys(&self, opts: KernelOptions) -> Vec<KernelKey> {
@@ -131,5 +151,54 @@ mod tests {
             ..LAVAPIPE
         };
         assert_eq!(lanes_keys(small_wg, true), 0);
+    }
+
+    #[test]
+    fn a_start_needs_only_the_matvec_layout_the_adapter_chooses() {
+        use crate::gpu::{health::needed_keys, WeightFormat};
+        let opts = KernelOptions {
+            subgroup: true,
+            f16: false,
+        };
+        let formats = [WeightFormat::Q4_1].into_iter().collect();
+        let kv = KvTypes::F32;
+        let rows = |k: &KernelKey| {
+            matches!(
+                k,
+                KernelKey::MatvecRows { .. }
+                    | KernelKey::MatvecQ8Rows { .. }
+                    | KernelKey::MatvecQ8RowsOut { .. }
+                    | KernelKey::MatmulQ8Rows { .. }
+            )
+        };
+        let workgroup = |k: &KernelKey| {
+            matches!(
+                k,
+                KernelKey::Matvec { .. }
+                    | KernelKey::Matmul { .. }
+                    | KernelKey::MatvecQ8 { .. }
+                    | KernelKey::MatvecQ8Out { .. }
+            )
+        };
+        let discrete = AdapterFacts {
+            cpu_like: false,
+            subgroup_min_size: 32,
+            ..LAVAPIPE
+        };
+        for (facts, want_rows) in [(LAVAPIPE, true), (discrete, false)] {
+            let needed = needed_keys(&facts, opts, &formats, kv);
+            assert!(needed
+                .iter()
+                .any(|k| rows(k) == want_rows && workgroup(k) != want_rows));
+            assert!(
+                !needed
+                    .iter()
+                    .any(|k| if want_rows { workgroup(k) } else { rows(k) }),
+                "{facts:?}: {needed:?}"
+            );
+            // The set itself keeps both layouts (the other deferred), so tests can force it.
+            let keys = facts.keys(opts);
+            assert!(keys.iter().any(rows) && keys.iter().any(workgroup));
+        }
     }
 }
