@@ -221,7 +221,16 @@ impl GpuContext {
         let (index, adapter) = pick(&inst, selector)?;
         let info = row(index, &adapter);
         let pipeline_cache_key = wgpu::util::pipeline_cache_key(&adapter.get_info());
-        let features = adapter.features() & wanted_features();
+        let mut features = adapter.features() & wanted_features();
+        // Memory the CPU writes directly (CPU adapters, integrated GPUs: one memory for
+        // host and device): buffers created with contents are written in place, with no
+        // staging copy that would hold a second copy of the weights during a load.
+        if matches!(
+            adapter.get_info().device_type,
+            wgpu::DeviceType::Cpu | wgpu::DeviceType::IntegratedGpu
+        ) {
+            features |= adapter.features() & wgpu::Features::MAPPABLE_PRIMARY_BUFFERS;
+        }
         let limits = adapter.limits();
         let desc = wgpu::DeviceDescriptor {
             label: Some("memwall"),

@@ -191,9 +191,24 @@ fn storage_buffer(ctx: &GpuContext, label: &str, bytes: &[u8]) -> Result<wgpu::B
                 contents,
                 usage: wgpu::BufferUsages::STORAGE
                     | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
+                    | wgpu::BufferUsages::COPY_DST
+                    | direct_write(ctx),
             }))
     })
+}
+
+/// `MAP_WRITE` where the device shares its memory with the host
+/// (`MAPPABLE_PRIMARY_BUFFERS`, see `GpuContext::new`): `create_buffer_init` then writes the
+/// contents in place instead of through a staging buffer and a queued copy.
+fn direct_write(ctx: &GpuContext) -> wgpu::BufferUsages {
+    if ctx
+        .features
+        .contains(wgpu::Features::MAPPABLE_PRIMARY_BUFFERS)
+    {
+        wgpu::BufferUsages::MAP_WRITE
+    } else {
+        wgpu::BufferUsages::empty()
+    }
 }
 
 /// Uploads `data` as an f32 storage buffer (usable as input and output of the kernels).
