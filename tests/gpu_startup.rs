@@ -166,12 +166,8 @@ fn an_operation_without_working_variant_runs_on_the_cpu() {
     let m = gpu(forcing(&dir, unused));
     let h = &m.gpu().unwrap().health;
     assert!(h.unavailable.is_empty(), "{h:?}");
-    assert!(m
-        .placement()
-        .decode
-        .layers
-        .iter()
-        .all(|&d| d == Device::Gpu));
+    let p = &m.placement().decode;
+    assert!(p.layers.iter().all(|&d| d == Device::Gpu), "{p:?}");
 }
 
 #[test]

@@ -72,18 +72,7 @@ impl AdapterFacts {
     /// only these. The other layout's keys stay deferred in every set (compiled on first
     /// use), so a start never pays for kernels its launch planner never picks.
     pub fn chooses(&self, subgroup: bool, key: &KernelKey) -> bool {
-        let rows_layout = match key {
-            KernelKey::MatvecRows { .. }
-            | KernelKey::MatvecQ8Rows { .. }
-            | KernelKey::MatvecQ8RowsOut { .. }
-            | KernelKey::MatmulQ8Rows { .. } => Some(true),
-            KernelKey::Matvec { .. }
-            | KernelKey::Matmul { .. }
-            | KernelKey::MatvecQ8 { .. }
-            | KernelKey::MatvecQ8Out { .. } => Some(false),
-            _ => None,
-        };
-        self.launches(subgroup, key) && rows_layout.is_none_or(|r| r == self.matvec_rows())
+        self.launches(subgroup, key) && row_layout(key).is_none_or(|r| r == self.matvec_rows())
     }
 
     /// The keys a set with `opts` on this adapter compiles (before fallbacks), in
@@ -93,6 +82,23 @@ impl AdapterFacts {
             .into_iter()
             .filter(|k| opts.compiles(k) && self.launches(opts.subgroup, k))
             .collect()
+    }
+}
+
+/// Which matvec layout `key` belongs to: `Some(true)` for the row layouts (one invocation per
+/// row, [`AdapterFacts::matvec_rows`]), `Some(false)` for the workgroup/subgroup reductions and
+/// the f32 tiled matmul, `None` for kernels both layouts share.
+pub fn row_layout(key: &KernelKey) -> Option<bool> {
+    match key {
+        KernelKey::MatvecRows { .. }
+        | KernelKey::MatvecQ8Rows { .. }
+        | KernelKey::MatvecQ8RowsOut { .. }
+        | KernelKey::MatmulQ8Rows { .. } => Some(true),
+        KernelKey::Matvec { .. }
+        | KernelKey::Matmul { .. }
+        | KernelKey::MatvecQ8 { .. }
+        | KernelKey::MatvecQ8Out { .. } => Some(false),
+        _ => None,
     }
 }
 
@@ -162,24 +168,8 @@ mod tests {
         };
         let formats = [WeightFormat::Q4_1].into_iter().collect();
         let kv = KvTypes::F32;
-        let rows = |k: &KernelKey| {
-            matches!(
-                k,
-                KernelKey::MatvecRows { .. }
-                    | KernelKey::MatvecQ8Rows { .. }
-                    | KernelKey::MatvecQ8RowsOut { .. }
-                    | KernelKey::MatmulQ8Rows { .. }
-            )
-        };
-        let workgroup = |k: &KernelKey| {
-            matches!(
-                k,
-                KernelKey::Matvec { .. }
-                    | KernelKey::Matmul { .. }
-                    | KernelKey::MatvecQ8 { .. }
-                    | KernelKey::MatvecQ8Out { .. }
-            )
-        };
+        let rows = |k: &KernelKey| row_layout(k) == Some(true);
+        let workgroup = |k: &KernelKey| row_layout(k) == Some(false);
         let discrete = AdapterFacts {
             cpu_like: false,
             subgroup_min_size: 32,
