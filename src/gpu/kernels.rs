@@ -84,7 +84,7 @@ pub struct Kernels {
     /// as [`AdapterFacts::attention_lanes`] decides. Only a set that chooses it compiles that
     /// key ([`AdapterFacts::keys`]), so tests may turn it off, never on.
     pub attention_lanes: bool,
-    /// How the row-layout integer kernels spread rows over workgroups
+    /// How the prefill integer matmul (`MatmulQ8Rows`) spreads rows over workgroups
     /// ([`AdapterFacts::row_balance`]). Tests may change it.
     pub row_balance: RowBalance,
     /// (requested, compiled) for every key compiled from a fallback variant.
