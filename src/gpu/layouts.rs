@@ -45,7 +45,8 @@ pub fn cpu_worker_threads() -> u32 {
 /// (session 11)".)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowBalance {
-    /// Worker threads ([`AdapterFacts::worker_threads`]); 1: keep full workgroups.
+    /// Worker threads ([`AdapterFacts::worker_threads`]); 0 (not a CPU adapter): keep full
+    /// workgroups.
     pub threads: u32,
     /// Granularity of the live invocations: a SIMD pass of llvmpipe and a subgroup (the
     /// subgroup kernel broadcasts within one, so its lanes are all live or all dead).
@@ -60,16 +61,17 @@ const WORKGROUP_COST: f64 = 0.25;
 
 impl RowBalance {
     /// Live invocations per workgroup for a launch of `rows` rows, `per_inv` rows `stride`
-    /// apart per invocation (the matmul's 4): `workgroup_size` where one
-    /// thread runs the workgroups anyway, else the multiple of `lanes` whose workgroups give
-    /// the busiest thread the fewest SIMD passes (llvmpipe hands workgroups to its threads
-    /// one at a time; a pass whose lanes are all dead costs next to nothing). E.g. 576 rows of
-    /// 4 per invocation on 2 threads: 24 (6 workgroups of 96 rows, 3 passes each, 3 per
-    /// thread) instead of 64 (3 workgroups: one thread runs 2 x 8 passes, the other 1).
+    /// apart per invocation (the matmul's 4): `workgroup_size` on a GPU, else the multiple of
+    /// `lanes` whose workgroups give the busiest thread the fewest SIMD passes (llvmpipe hands
+    /// workgroups to its threads one at a time; a pass whose lanes are all dead costs next to
+    /// nothing, one with a live lane a whole pass). E.g. 576 rows of 4 per invocation on 2
+    /// threads: 24 (6 workgroups of 96 rows, 3 passes each, 3 per thread) instead of 64 (3
+    /// workgroups of 8 passes, the last with 1 live row in 4: one thread runs 2, the other
+    /// 1); on 1 thread 48 (3 workgroups of 192 rows: 18 passes instead of 24).
     pub fn stride(&self, rows: u32, per_inv: u32) -> u32 {
         let wg = self.workgroup_size.max(1);
         let lanes = self.lanes.clamp(1, wg);
-        if self.threads <= 1 || rows == 0 || !wg.is_multiple_of(lanes) {
+        if self.threads == 0 || rows == 0 || !wg.is_multiple_of(lanes) {
             return wg;
         }
         let threads = self.threads as usize;
@@ -129,7 +131,7 @@ impl AdapterFacts {
             threads: if self.cpu_like {
                 self.worker_threads
             } else {
-                1
+                0
             },
             lanes: self.subgroup_min_size.max(MIN_SUBGROUP_BROADCAST),
             workgroup_size: self.workgroup_size,
@@ -252,9 +254,14 @@ mod tests {
                 );
             }
         }
-        // One thread, or a real GPU: today's full workgroups.
+        // One thread: no pass wasted on a partial workgroup's dead rows (3 workgroups of 192
+        // rows: 18 passes, not 24).
         let one = RowBalance { threads: 1, ..two };
-        assert_eq!(one.stride(576, 4), 64);
+        assert_eq!(one.stride(576, 4), 48);
+        assert_eq!(one.stride(3072, 4), 64);
+        // A real GPU: today's full workgroups.
+        let gpu = RowBalance { threads: 0, ..two };
+        assert_eq!(gpu.stride(576, 4), 64);
         let discrete = AdapterFacts {
             cpu_like: false,
             ..LAVAPIPE
