@@ -3,8 +3,10 @@
 // Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path,
 // q8_rows/header.wgsl and q8_rows/matmul_tile.wgsl, and before a matvec_q8_out/*.wgsl
 // fragment (`fn store_y`). matmul_q8_rows_sg.wgsl is the variant for adapters with subgroups.
-// group = wid.x + wid.y * groups_x; each invocation computes 4 weight rows,
-// group * 4 * WG + lid + j * WG (j < 4), for tiles of 8 tokens; no workgroup memory or barrier.
+// group = wid.x + wid.y * groups_x; each invocation lid < S = P.row_stride computes 4 weight
+// rows, group * 4 * S + lid + j * S (j < 4), for tiles of 8 tokens; no workgroup memory or
+// barrier. Invocations lid >= S return at once (the host picks S so that the workgroups share
+// out evenly over llvmpipe's threads).
 // Why a register tile: llvmpipe (lavapipe) loads a storage buffer element per SIMD lane in a
 // loop with a bounds check per lane, even when every lane reads the same address (it only
 // broadcasts uniform loads outside control flow), so each u32 loaded costs tens of
@@ -28,8 +30,8 @@ fn main(
     @builtin(local_invocation_index) lid: u32,
 ) {
     let group = wid.x + wid.y * P.groups_x;
-    let row = group * 4u * WG + lid;
-    if (group >= P.row_groups || row >= P.rows) {
+    let row = group * 4u * P.row_stride + lid;
+    if (group >= P.row_groups || lid >= P.row_stride || row >= P.rows) {
         return;
     }
     let w = rows4(row);

@@ -8,8 +8,12 @@
 // one lane loop delivers 8 tokens' words, and `subgroupBroadcast` with a constant lane
 // (an extract + splat in llvmpipe) hands token t0 + k's chunk to every invocation: 12 lane
 // loops per chunk and tile instead of 96 (PERFLOG "q8sg (session 9)": matmuls ~2.4x).
-// Subgroup operations need uniform control flow: no early return; invocations past the
-// matrix compute its last row and store nothing.
+// Subgroup operations need their subgroup's lanes to be active together: no early return;
+// invocations past the matrix compute its last row and store nothing. Invocations
+// lid >= S = P.row_stride (a multiple of the subgroup size, chosen by the host so that the
+// workgroups share out evenly over llvmpipe's threads), and subgroups wholly past the matrix,
+// skip the token loop: their subgroup's lanes all skip it alike (lavapipe numbers a
+// subgroup's lanes consecutively in lid), so every broadcast's source lane stays active.
 
 // WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
 
@@ -20,12 +24,16 @@ fn main(
     @builtin(subgroup_invocation_id) lane: u32,
 ) {
     let group = wid.x + wid.y * P.groups_x;
-    let row0 = group * 4u * WG + lid;
-    let live = group < P.row_groups && row0 < P.rows;
+    let row0 = group * 4u * P.row_stride + lid;
+    let live = group < P.row_groups && lid < P.row_stride && row0 < P.rows;
+    // The first lid of this invocation's subgroup: all its lanes agree on `busy`.
+    let base = lid - lane;
+    let busy = group < P.row_groups && base < P.row_stride
+        && group * 4u * P.row_stride + base < P.rows;
     let row = min(row0, P.rows - 1u);
     let w = rows4(row);
     let bpr = P.blocks_per_row;
-    let n = launch_tokens();
+    let n = select(0u, launch_tokens(), busy);
     for (var t0 = 0u; t0 < n; t0 += 8u) {
         // This lane's token of the tile; a last partial tile repeats token n - 1 (valid
         // reads, the results are not stored).

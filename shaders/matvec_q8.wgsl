@@ -32,6 +32,11 @@ struct MatvecQ8Params {
     split1: u32,
     split2: u32,
     pad0: u32,
+    // row_stride of the row layouts (q8_rows/header.wgsl), unused here
+    pad1: u32,
+    pad2: u32,
+    pad3: u32,
+    pad4: u32,
 }
 
 // [n_tokens, cols / 4] words: four int8 codes each (quantize_act.wgsl)

@@ -32,6 +32,14 @@ struct MatvecQ8Params {
     // matvec_q8_rows: rows per invocation, ROWS for fewer than 4 tokens, else 1 (unused by
     // the matmul, which always takes 4)
     rows_per_inv: u32,
+    // matmul_q8_rows*: live invocations per workgroup (a multiple of the subgroup size, at
+    // most WG): the host picks it per launch so the workgroups share out evenly over
+    // llvmpipe's worker threads (src/gpu/layouts.rs `RowBalance`); invocations
+    // lid >= row_stride do no work. matvec_q8_rows: WG (unused)
+    row_stride: u32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 // [n_tokens, cols / 16] vec4 of words of four int8 codes each (quantize_act.wgsl writes them

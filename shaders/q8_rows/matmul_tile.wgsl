@@ -1,5 +1,6 @@
 // Shared body of the prefill integer matmuls (matmul_q8_rows.wgsl, matmul_q8_rows_sg.wgsl):
-// an invocation computes 4 weight rows, r, r + WG, r + 2 WG, r + 3 WG, for tiles of 8 tokens,
+// an invocation computes 4 weight rows, r, r + S, r + 2 S, r + 3 S (S = P.row_stride, the
+// workgroup's live invocations), for tiles of 8 tokens,
 // with named vec4 accumulators (one per token, a component per row), never an array indexed
 // at run time (llvmpipe keeps those in scratch memory). The two kernels differ only in how a
 // tile's activation chunks reach the invocation; these helpers do the same f32 operations in
@@ -7,7 +8,8 @@
 // bit.
 
 // The weight rows an invocation reads: w0 for output row `row` (below P.rows), w1..w3 for rows
-// row + WG, + 2 WG, + 3 WG, clamped to the matrix's last row (read, never stored).
+// row + S, + 2 S, + 3 S (S = P.row_stride), clamped to the matrix's last row (read, never
+// stored).
 struct Rows4 {
     w0: u32,
     w1: u32,
@@ -18,7 +20,8 @@ struct Rows4 {
 fn rows4(row: u32) -> Rows4 {
     let last_row = P.w_row0 + P.rows - 1u;
     let w0 = P.w_row0 + row;
-    return Rows4(w0, min(w0 + WG, last_row), min(w0 + 2u * WG, last_row), min(w0 + 3u * WG, last_row));
+    let s = P.row_stride;
+    return Rows4(w0, min(w0 + s, last_row), min(w0 + 2u * s, last_row), min(w0 + 3u * s, last_row));
 }
 
 // Tokens of this launch (the host splits larger batches).
@@ -62,21 +65,23 @@ fn tok4(c0: QChunk, c1: QChunk, c2: QChunk, c3: QChunk, qa: vec4<u32>, qb: vec4<
     );
 }
 
-// Token t's results for rows r, r + WG, r + 2 WG, r + 3 WG (those below P.rows).
+// Token t's results for rows r, r + S, r + 2 S, r + 3 S (S = P.row_stride; those below
+// P.rows).
 fn store4(t: u32, r: u32, a: vec4<f32>) {
+    let s = P.row_stride;
     store_y(t, r, a.x);
-    if (r + WG < P.rows) {
-        store_y(t, r + WG, a.y);
+    if (r + s < P.rows) {
+        store_y(t, r + s, a.y);
     }
-    if (r + 2u * WG < P.rows) {
-        store_y(t, r + 2u * WG, a.z);
+    if (r + 2u * s < P.rows) {
+        store_y(t, r + 2u * s, a.z);
     }
-    if (r + 3u * WG < P.rows) {
-        store_y(t, r + 3u * WG, a.w);
+    if (r + 3u * s < P.rows) {
+        store_y(t, r + 3u * s, a.w);
     }
 }
 
-// The tile of tokens t0..t0 + 8 (those below n) for rows r, r + WG, ...: a0 is token t0's.
+// The tile of tokens t0..t0 + 8 (those below n) for rows r, r + S, ...: a0 is token t0's.
 fn store_tile(
     t0: u32, n: u32, r: u32,
     a0: vec4<f32>, a1: vec4<f32>, a2: vec4<f32>, a3: vec4<f32>,

@@ -12,7 +12,7 @@ use wgpu::util::DeviceExt;
 use crate::error::{Error, Result};
 use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
-use crate::gpu::layouts::AdapterFacts;
+use crate::gpu::layouts::{AdapterFacts, RowBalance};
 use crate::gpu::pipelines::compile;
 pub use crate::gpu::pipelines::reflect_bindings;
 use crate::gpu::repack::PackedMatrix;
@@ -84,6 +84,9 @@ pub struct Kernels {
     /// as [`AdapterFacts::attention_lanes`] decides. Only a set that chooses it compiles that
     /// key ([`AdapterFacts::keys`]), so tests may turn it off, never on.
     pub attention_lanes: bool,
+    /// How the prefill integer matmul (`MatmulQ8Rows`) spreads rows over workgroups
+    /// ([`AdapterFacts::row_balance`]). Tests may change it.
+    pub row_balance: RowBalance,
     /// (requested, compiled) for every key compiled from a fallback variant.
     pub substitutions: Vec<(KernelKey, KernelKey)>,
     /// Keys these options choose that have no usable variant (not compiled).
@@ -451,6 +454,7 @@ impl Kernels {
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
             matvec_rows: facts.matvec_rows(),
             attention_lanes: facts.attention_lanes(subgroup),
+            row_balance: facts.row_balance(),
             substitutions,
             unavailable,
             deferred,

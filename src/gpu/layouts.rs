@@ -20,6 +20,88 @@ pub struct AdapterFacts {
     pub subgroup_min_size: u32,
     /// The kernels' workgroup size (`override WG`).
     pub workgroup_size: u32,
+    /// Threads that run a dispatch's workgroups on a CPU-like adapter (1 elsewhere): see
+    /// [`cpu_worker_threads`].
+    pub worker_threads: u32,
+}
+
+/// The threads llvmpipe (lavapipe, GL llvmpipe) hands a compute dispatch's workgroups to:
+/// `LP_NUM_THREADS` when set, else one per CPU (Mesa's default; a dispatch takes as long as
+/// its busiest thread). At least 1.
+pub fn cpu_worker_threads() -> u32 {
+    let lp = std::env::var("LP_NUM_THREADS")
+        .ok()
+        .and_then(|v| v.trim().parse::<u32>().ok());
+    let n = lp.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, |n| u32::try_from(n.get()).unwrap_or(1))
+    });
+    n.max(1)
+}
+
+/// How the prefill integer matmuls (`matmul_q8_rows*.wgsl`) spread a matrix's rows over
+/// workgroups: `stride` live invocations per workgroup (the rest return or skip their work),
+/// chosen per launch so that the workgroups share out evenly over the adapter's worker
+/// threads. (The decode matvec keeps full workgroups: it gained nothing, PERFLOG "balance
+/// (session 11)".)
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowBalance {
+    /// Worker threads ([`AdapterFacts::worker_threads`]); 0 (not a CPU adapter): keep full
+    /// workgroups.
+    pub threads: u32,
+    /// Granularity of the live invocations: a SIMD pass of llvmpipe and a subgroup (the
+    /// subgroup kernel broadcasts within one, so its lanes are all live or all dead).
+    pub lanes: u32,
+    /// The workgroup size (`WG`), the largest stride.
+    pub workgroup_size: u32,
+}
+
+/// Set-up cost of a workgroup on llvmpipe, in SIMD passes of the kernel body: small; it only
+/// breaks ties towards fewer workgroups.
+const WORKGROUP_COST: f64 = 0.25;
+
+impl RowBalance {
+    /// Live invocations per workgroup for a launch of `rows` rows, `per_inv` rows `stride`
+    /// apart per invocation (the matmul's 4): `workgroup_size` on a GPU, else the multiple of
+    /// `lanes` whose workgroups give the busiest thread the fewest SIMD passes (llvmpipe hands
+    /// workgroups to its threads one at a time; a pass whose lanes are all dead costs next to
+    /// nothing, one with a live lane a whole pass). E.g. 576 rows of 4 per invocation on 2
+    /// threads: 24 (6 workgroups of 96 rows, 3 passes each, 3 per thread) instead of 64 (3
+    /// workgroups of 8 passes, the last with 1 live row in 4: one thread runs 2, the other
+    /// 1); on 1 thread 48 (3 workgroups of 192 rows: 18 passes instead of 24).
+    pub fn stride(&self, rows: u32, per_inv: u32) -> u32 {
+        let wg = self.workgroup_size.max(1);
+        let lanes = self.lanes.clamp(1, wg);
+        if self.threads == 0 || rows == 0 || !wg.is_multiple_of(lanes) {
+            return wg;
+        }
+        let threads = self.threads as usize;
+        let mut best = (f64::INFINITY, wg);
+        // Largest stride first: a later one must be strictly better.
+        for stride in (1..=wg / lanes).rev().map(|k| k * lanes) {
+            let per_group = stride.saturating_mul(per_inv.max(1));
+            let groups = rows.div_ceil(per_group);
+            // Too many workgroups for a sensible schedule (and the cost loop).
+            if groups > 4096 {
+                continue;
+            }
+            let mut load = vec![0.0f64; threads];
+            for g in 0..groups {
+                let rem = rows - g * per_group;
+                // Invocations with a row below `rows` (their subgroups' passes run).
+                let live = rem.min(stride);
+                let cost = f64::from(live.div_ceil(lanes)) + WORKGROUP_COST;
+                // The next workgroup goes to the thread that is free first.
+                if let Some(t) = load.iter_mut().min_by(|a, b| a.total_cmp(b)) {
+                    *t += cost;
+                }
+            }
+            let span = load.iter().copied().fold(0.0, f64::max);
+            if span < best.0 - 1e-9 {
+                best = (span, stride);
+            }
+        }
+        best.1
+    }
 }
 
 impl AdapterFacts {
@@ -35,6 +117,24 @@ impl AdapterFacts {
             subgroups: ctx.has_subgroups(),
             subgroup_min_size: ctx.info.subgroup_min_size,
             workgroup_size: 1u32 << (31 - cap.leading_zeros()),
+            worker_threads: if ctx.info.device_type == "Cpu" {
+                cpu_worker_threads()
+            } else {
+                1
+            },
+        }
+    }
+
+    /// How the row-layout kernels spread rows over workgroups on this adapter.
+    pub fn row_balance(&self) -> RowBalance {
+        RowBalance {
+            threads: if self.cpu_like {
+                self.worker_threads
+            } else {
+                0
+            },
+            lanes: self.subgroup_min_size.max(MIN_SUBGROUP_BROADCAST),
+            workgroup_size: self.workgroup_size,
         }
     }
 
@@ -112,6 +212,7 @@ mod tests {
         subgroups: true,
         subgroup_min_size: 8,
         workgroup_size: 64,
+        worker_threads: 2,
     };
 
     fn lanes_keys(facts: AdapterFacts, subgroup: bool) -> usize {
@@ -190,5 +291,40 @@ mod tests {
             let keys = facts.keys(opts);
             assert!(keys.iter().any(rows) && keys.iter().any(workgroup));
         }
+    }
+
+    #[test]
+    fn row_strides_share_workgroups_evenly_over_threads() {
+        let two = LAVAPIPE.row_balance();
+        assert_eq!(two.threads, 2);
+        // 576 rows (attention output, FFN down): 6 workgroups of 96 rows, not 3 of 256.
+        assert_eq!(two.stride(576, 4), 24);
+        // QKV (960 rows): 6 workgroups of 5 passes, not 4 of 8.
+        assert_eq!(two.stride(960, 4), 40);
+        // Already even: full workgroups (gate | up stacked, 12 workgroups).
+        assert_eq!(two.stride(3072, 4), 64);
+        // Every stride is a multiple of the lanes within the workgroup.
+        for rows in [1, 7, 64, 255, 256, 576, 960, 1536, 49152] {
+            for per_inv in [1, 4] {
+                let s = two.stride(rows, per_inv);
+                assert!(
+                    s.is_multiple_of(8) && (8..=64).contains(&s),
+                    "{rows} {per_inv}: {s}"
+                );
+            }
+        }
+        // One thread: no pass wasted on a partial workgroup's dead rows (3 workgroups of 192
+        // rows: 18 passes, not 24).
+        let one = RowBalance { threads: 1, ..two };
+        assert_eq!(one.stride(576, 4), 48);
+        assert_eq!(one.stride(3072, 4), 64);
+        // A real GPU: today's full workgroups.
+        let gpu = RowBalance { threads: 0, ..two };
+        assert_eq!(gpu.stride(576, 4), 64);
+        let discrete = AdapterFacts {
+            cpu_like: false,
+            ..LAVAPIPE
+        };
+        assert_eq!(discrete.row_balance().stride(576, 4), 64);
     }
 }

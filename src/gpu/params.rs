@@ -224,6 +224,12 @@ pub struct MatvecQ8Params {
     /// rows per invocation of the row layout (matvec_q8_rows.wgsl; 1 or 4); unused by the
     /// others
     pub rows_per_inv: u32,
+    /// live invocations per workgroup of the row layouts (matvec_q8_rows.wgsl,
+    /// matmul_q8_rows*.wgsl; `RowBalance::stride`); unused by the others
+    pub row_stride: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+    pub pad2: u32,
 }
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
@@ -238,4 +244,4 @@ const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
 const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 32);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
-const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 48);
+const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 64);

@@ -11,6 +11,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
+use crate::gpu::layouts::RowBalance;
 use crate::gpu::shaders::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
@@ -248,8 +249,21 @@ impl Kernels {
             }
         };
         let prefill = matches!(row_key, KernelKey::MatmulQ8Rows { .. });
+        // Live invocations per workgroup of the prefill matmul: fewer than the workgroup where
+        // that shares the workgroups out evenly over a CPU adapter's threads (576 rows on 2
+        // threads: 6 workgroups of 96 rows instead of 3 of 256). The matvecs use whole
+        // workgroups.
+        let row_stride = if prefill {
+            RowBalance {
+                workgroup_size: self.workgroup_size,
+                ..self.row_balance
+            }
+            .stride(rows, MATMUL_Q8_ROWS_PER_INVOCATION)
+        } else {
+            self.workgroup_size
+        };
         let per_group = if prefill {
-            MATMUL_Q8_ROWS_PER_INVOCATION * self.workgroup_size
+            MATMUL_Q8_ROWS_PER_INVOCATION * row_stride
         } else if self.matvec_rows {
             self.workgroup_size * rows_per_inv
         } else {
@@ -284,6 +298,10 @@ impl Kernels {
             split1: to_u32(splits[0], "split1")?,
             split2: to_u32(splits[1], "split2")?,
             rows_per_inv,
+            row_stride,
+            pad0: 0,
+            pad1: 0,
+            pad2: 0,
         };
         let key = match out {
             _ if self.matvec_rows => row_key,

@@ -499,13 +499,24 @@ fn prefill_matmul_variants_match_the_batched_matvec_bit_for_bit() {
             };
             let subst = k.substitutions.iter().find(|(a, _)| *a == matmul(subgroup));
             assert_eq!(subst.map_or(matmul(subgroup), |s| s.1), ran, "{ty:?}");
-            let got = run(&k, matmul(subgroup));
-            let diff = got.iter().zip(&want).position(|(a, b)| a != b);
-            assert!(
-                diff.is_none(),
-                "{ty:?} {}: element {diff:?} differs from the batched matvec",
-                ran.label()
-            );
+            // Whole workgroups (a GPU) and the fewer live invocations per workgroup chosen
+            // for 1, 2 or 3 worker threads: the same bits.
+            for threads in [0, 1, 2, 3] {
+                k.row_balance.threads = threads;
+                let stride = k.row_balance.stride(rows as u32, 4);
+                assert_eq!(
+                    stride < 64,
+                    threads > 0,
+                    "{threads} threads: stride {stride}"
+                );
+                let got = run(&k, matmul(subgroup));
+                let diff = got.iter().zip(&want).position(|(a, b)| a != b);
+                assert!(
+                    diff.is_none(),
+                    "{ty:?} {} stride {stride}: element {diff:?} differs from the batched matvec",
+                    ran.label()
+                );
+            }
         }
     }
 }
