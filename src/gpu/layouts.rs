@@ -76,6 +76,8 @@ impl RowBalance {
         }
         let threads = self.threads as usize;
         let mut best = (f64::INFINITY, wg);
+        // Each thread's passes for the candidate stride (one buffer for all candidates).
+        let mut load = vec![0.0f64; threads];
         // Largest stride first: a later one must be strictly better.
         for stride in (1..=wg / lanes).rev().map(|k| k * lanes) {
             let per_group = stride.saturating_mul(per_inv.max(1));
@@ -84,7 +86,7 @@ impl RowBalance {
             if groups > 4096 {
                 continue;
             }
-            let mut load = vec![0.0f64; threads];
+            load.fill(0.0);
             for g in 0..groups {
                 let rem = rows - g * per_group;
                 // Invocations with a row below `rows` (their subgroups' passes run).
