@@ -11,7 +11,6 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
-use crate::gpu::layouts::RowBalance;
 use crate::gpu::shaders::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
@@ -254,11 +253,7 @@ impl Kernels {
         // threads: 6 workgroups of 96 rows instead of 3 of 256). The matvecs use whole
         // workgroups.
         let row_stride = if prefill {
-            RowBalance {
-                workgroup_size: self.workgroup_size,
-                ..self.row_balance
-            }
-            .stride(rows, MATMUL_Q8_ROWS_PER_INVOCATION)
+            self.row_balance.stride(rows, MATMUL_Q8_ROWS_PER_INVOCATION)
         } else {
             self.workgroup_size
         };
