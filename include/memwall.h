@@ -34,7 +34,7 @@ typedef enum memwall_status {
     MEMWALL_ERR_FORMAT = -3,           /* not a valid model: GGUF, configuration, tokenizer */
     MEMWALL_ERR_UNSUPPORTED = -4,      /* a tensor type memwall cannot run */
     MEMWALL_ERR_CONTEXT_FULL = -5,     /* the prompt does not fit the context */
-    MEMWALL_ERR_OUT_OF_MEMORY = -6,
+    MEMWALL_ERR_OUT_OF_MEMORY = -6,    /* an allocation failed, or mem_budget is below the model's minimum */
     MEMWALL_ERR_GPU = -7,              /* GPU bring-up or execution failed */
     MEMWALL_ERR_BUFFER_TOO_SMALL = -8, /* memwall_tokenize: more tokens than the buffer holds */
     MEMWALL_ERR_BUSY = -9,             /* the session is in a call on another thread */
@@ -71,6 +71,10 @@ typedef struct memwall_config {
     const char *cache_dir;   /* GPU start-up caches (selftest record, pipeline cache);
                               * NULL = $MEMWALL_CACHE_DIR, else $XDG_CACHE_HOME/memwall,
                               * else ~/.cache/memwall */
+    uint64_t mem_budget;     /* bytes of memory the model may hold on the CPU (anonymous,
+                              * mapped weights, KV cache, stream slots); blocks that do not
+                              * fit stream from storage; 0 = the process's memory limit
+                              * (cgroup, else available memory) less a margin */
 } memwall_config;
 
 /* One message of a conversation. */

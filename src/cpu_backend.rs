@@ -13,6 +13,7 @@ use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
+use crate::memory::Slot;
 
 mod f32act;
 mod kv;
@@ -58,6 +59,11 @@ pub struct CpuBackend {
     f32_activations: bool,
     /// RoPE angles of the last position rotated (shared by Q and K of every layer).
     rope_cache: crate::cpu::RopeCache,
+    /// `[n_layer]`: block l's matrices stream from storage (the executor hands its slot in
+    /// before the block runs); empty when nothing streams.
+    streamed: Vec<bool>,
+    /// The stream slot holding the block now running, while it runs.
+    slot: Option<Slot>,
 }
 
 fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
@@ -208,6 +214,8 @@ impl CpuBackend {
             prepared,
             f32_activations: false,
             rope_cache: Default::default(),
+            streamed: Vec::new(),
+            slot: None,
         };
         b.kv = (0..b.cfg.n_layer).map(|_| None).collect();
         for (l, &on) in kv_layers.iter().enumerate().take(b.cfg.n_layer) {
@@ -235,15 +243,53 @@ impl CpuBackend {
         Ok((t, v.into()))
     }
 
-    /// `w` (at `m`)'s view of the mmap, with its packed copy if it has one. (Not a method, so
-    /// the views borrow these fields only and the matmul scratch stays free.)
+    /// Marks the blocks whose matrices stream (`[n_layer]`): their bytes come only from the
+    /// slot [`CpuBackend::set_slot`] hands in, never from the mmap.
+    pub fn set_streamed(&mut self, streamed: Vec<bool>) {
+        self.streamed = streamed;
+    }
+
+    /// Hands in the slot holding a streamed block's bytes before the block runs.
+    pub fn set_slot(&mut self, slot: Slot) {
+        self.slot = Some(slot);
+    }
+
+    /// Takes the slot back after the block ran (to return it to the reader).
+    pub fn take_slot(&mut self) -> Option<Slot> {
+        self.slot.take()
+    }
+
+    /// `w`'s bytes (at `m`): from the stream slot when its block streams, else the mmap.
+    fn bytes_of<'a>(
+        gguf: &'a Gguf,
+        slot: Option<&'a Slot>,
+        streamed: &[bool],
+        w: WeightId,
+        m: MatRef,
+    ) -> Result<&'a [u8]> {
+        let Some(l) = w.layer_index().filter(|&l| streamed.get(l) == Some(&true)) else {
+            return Ok(&gguf.bytes()[m.offset..m.offset + m.n_bytes]);
+        };
+        slot.filter(|s| s.layer() == l)
+            .and_then(|s| s.bytes(m.offset as u64, m.n_bytes))
+            .ok_or_else(|| Error::Tensor {
+                name: w.tensor_name(),
+                msg: format!("block {l} streams, but its bytes were not read in before it ran"),
+            })
+    }
+
+    /// `w` (at `m`)'s view of its bytes (the mmap or the stream slot), with its packed copy if
+    /// it has one. (Not a method, so the views borrow these fields only and the matmul scratch
+    /// stays free.)
     fn view<'a>(
         gguf: &'a Gguf,
         prepared: &'a PreparedWeights,
+        slot: Option<&'a Slot>,
+        streamed: &[bool],
         w: WeightId,
         m: MatRef,
     ) -> Result<WeightView<'a>> {
-        let data = &gguf.bytes()[m.offset..m.offset + m.n_bytes];
+        let data = Self::bytes_of(gguf, slot, streamed, w, m)?;
         let v = WeightView::new(m.ty, data, m.rows, m.cols)?;
         match prepared.get(w) {
             Some(p) => v.with_packed(p),
@@ -282,7 +328,15 @@ impl CpuBackend {
         let mut views = Vec::with_capacity(ws.len());
         let mut ys: Vec<&mut [f32]> = Vec::with_capacity(ws.len());
         for (&w, out) in ws.iter().zip(outs.iter_mut()) {
-            let v = Self::view(&self.gguf, &self.prepared, w, self.mat(w)?)?;
+            let m = self.mat(w)?;
+            let v = Self::view(
+                &self.gguf,
+                &self.prepared,
+                self.slot.as_ref(),
+                &self.streamed,
+                w,
+                m,
+            )?;
             ys.push(&mut out[..n * v.rows]);
             views.push(v);
         }
@@ -362,7 +416,8 @@ impl Backend for CpuBackend {
 
     fn matmul(&mut self, w: WeightId, x: &Vec<f32>, n: usize, out: &mut Vec<f32>) -> Result<()> {
         let m = self.mat(w)?;
-        let data = &self.gguf.bytes()[m.offset..m.offset + m.n_bytes];
+        let (slot, streamed) = (self.slot.as_ref(), &self.streamed[..]);
+        let data = Self::bytes_of(&self.gguf, slot, streamed, w, m)?;
         if self.f32_activations {
             return matmul_f32_act(
                 m.ty,
@@ -374,7 +429,7 @@ impl Backend for CpuBackend {
                 &mut out[..n * m.rows],
             );
         }
-        let view = Self::view(&self.gguf, &self.prepared, w, m)?;
+        let view = Self::view(&self.gguf, &self.prepared, slot, streamed, w, m)?;
         let (x, y) = (&x[..n * m.cols], &mut out[..n * m.rows]);
         crate::cpu::matmul(&view, x, n, y, &mut self.mm)
     }

@@ -45,6 +45,18 @@ pub enum Error {
         kind: crate::prompt_cache::PromptCacheError,
     },
 
+    /// A memory budget below the smallest footprint that can run the model.
+    #[error(
+        "memory budget of {} is below the {} this model needs at the least ({detail})",
+        crate::plan::format_size(*budget),
+        crate::plan::format_size(*minimum)
+    )]
+    MemoryBudget {
+        budget: u64,
+        minimum: u64,
+        detail: String,
+    },
+
     #[error("out of memory: cannot allocate the {what}")]
     OutOfMemory { what: String },
 

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::engine::{CtxOverflow, Generation, Session, StopReason, Timings, PREFILL_BATCH};
+use crate::engine::{CtxOverflow, Generation, Session, StopReason, Timings};
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::sampler::{top_probs, Sampler};
@@ -200,13 +200,13 @@ impl<'a> Generator<'a> {
         Ok(Step::Token { id, text })
     }
 
-    /// Evaluates the next batch of the prompt. Batches are PREFILL_BATCH tokens, as the
+    /// Evaluates the next batch of the prompt. Batches are the model's prefill batch, as the
     /// executor cuts them, so results do not depend on the cut; a last batch of one token
     /// joins the one before so every pass of the prompt runs with the prefill placement.
     fn prefill_batch(&mut self) -> Result<Step> {
         let total = self.prompt.len();
         let start = self.n_prefilled;
-        let mut end = (start + PREFILL_BATCH).min(total);
+        let mut end = (start + self.session.model().prefill_batch()).min(total);
         if total - end == 1 {
             end = total;
         }

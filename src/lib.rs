@@ -19,6 +19,7 @@ pub mod gpu;
 pub mod inspect;
 pub mod kv_type;
 pub mod logging;
+pub mod memory;
 pub mod model;
 pub mod plan;
 pub mod prompt_cache;

@@ -47,7 +47,7 @@ impl From<Error> for CError {
             | Error::PromptCache { .. } => ERR_FORMAT,
             Error::UnsupportedType { .. } => ERR_UNSUPPORTED,
             Error::ContextOverflow { .. } => ERR_CONTEXT_FULL,
-            Error::OutOfMemory { .. } => ERR_OUT_OF_MEMORY,
+            Error::OutOfMemory { .. } | Error::MemoryBudget { .. } => ERR_OUT_OF_MEMORY,
             Error::InvalidArgument(_) => ERR_INVALID_ARGUMENT,
             Error::Gpu(_) | Error::DeviceLost { .. } => ERR_GPU,
         };

@@ -46,6 +46,10 @@ pub struct memwall_config {
     /// `$MEMWALL_CACHE_DIR`, else `$XDG_CACHE_HOME/memwall`, else `~/.cache/memwall`. Apps
     /// pass their own cache directory (Android: `getCacheDir()`).
     pub cache_dir: *const c_char,
+    /// Bytes of memory the model may hold on the CPU (anonymous memory, mapped weights, KV
+    /// cache, stream slots); blocks that do not fit stream from storage. 0: the process's
+    /// memory limit (cgroup, else available memory) less a margin.
+    pub mem_budget: u64,
 }
 
 /// A loaded model and the sampling its sessions start with.
@@ -116,6 +120,7 @@ pub extern "C" fn memwall_config_default() -> memwall_config {
         cache_type_v: std::ptr::null(),
         ctx_overflow_stop: 0,
         cache_dir: std::ptr::null(),
+        mem_budget: 0,
     }
 }
 
@@ -147,6 +152,9 @@ pub unsafe extern "C" fn memwall_model_load(
             }
             if c.gpu_mem_budget > 0 {
                 cfg = cfg.gpu_mem_budget(c.gpu_mem_budget);
+            }
+            if c.mem_budget > 0 {
+                cfg = cfg.mem_budget(c.mem_budget);
             }
             if c.n_threads > 0 {
                 cfg = cfg.threads(c.n_threads as usize);

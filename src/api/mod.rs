@@ -69,6 +69,16 @@ impl ModelConfig {
         self
     }
 
+    /// Bytes of memory the model may hold on the CPU: anonymous memory, the weight pages it
+    /// keeps mapped, the KV cache and the stream slots. Blocks that do not fit stream from
+    /// storage; a budget below what the model needs at the least is refused at load, naming
+    /// that minimum. Without it: the process's memory limit (cgroup, else available memory)
+    /// less a margin.
+    pub fn mem_budget(mut self, bytes: u64) -> Self {
+        self.opts.mem_budget = Some(bytes);
+        self
+    }
+
     /// The context of sessions, in tokens (0: the model's, capped at 4096); the GPU budget is
     /// planned for it.
     pub fn n_ctx(mut self, n_ctx: usize) -> Self {

@@ -5,6 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::backend::WeightId;
 use crate::config::Config;
 use crate::cpu_backend::{CpuBackend, PreparedWeights};
 pub use crate::ctx_shift::CtxOverflow;
@@ -23,9 +24,12 @@ use crate::scheduler::{
 };
 use crate::tokenizer::Tokenizer;
 
+mod budget;
 mod open;
 mod perplexity;
 mod prefault;
+
+pub use budget::MemoryReport;
 
 use open::{initial_placement, managed, open_gpu};
 pub use perplexity::{perplexity, Perplexity};
@@ -96,6 +100,13 @@ pub struct LoadOptions {
     pub cache_type_v: Option<KvType>,
     /// The start-up selftest of a GPU (cache directory, test hooks, known-bad entries).
     pub health: crate::gpu::HealthOptions,
+    /// `--mem-budget`: the memory the model may hold on the CPU (anonymous memory, the file
+    /// pages it keeps mapped, the KV cache, the stream slots). Blocks that do not fit stream
+    /// from storage. `None`: the process's cgroup limit, else `MemAvailable`, less a margin.
+    pub mem_budget: Option<u64>,
+    /// How streamed reads keep out of the page cache (`None`: `O_DIRECT` where the file
+    /// system takes it, else drop-behind).
+    pub stream_io: Option<crate::memory::IoMode>,
 }
 
 /// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default (on the
@@ -137,6 +148,12 @@ pub struct Model {
     /// Stages the load moved to the CPU because the GPU ran out of memory (or was lost)
     /// while uploading; every session reports it in its first events.
     load_fallback: Option<Fallback>,
+    /// The memory plan of a CPU model (budget, resident and streamed blocks).
+    memory: Option<MemoryReport>,
+    /// The CPU blocks that stream and the reader bringing them (shared by the sessions).
+    stream: Option<crate::scheduler::exec::CpuStream>,
+    /// Tokens per prefill batch.
+    prefill_batch: usize,
 }
 
 impl std::fmt::Debug for Model {
@@ -198,7 +215,27 @@ impl Model {
             _ => None,
         };
         let pool = Arc::new(pool);
-        let (layers, head) = if opts.no_repack || opts.stream || opts.f32_activations {
+        let pack = !(opts.no_repack || opts.stream || opts.f32_activations);
+        // The CPU's memory plan: every stage on the CPU (a GPU model plans with
+        // --gpu-mem-budget).
+        let mut memory = match &gpu {
+            None => budget::decide(&gguf, &config, opts, kv_types, pack)?,
+            Some(_) if opts.mem_budget.is_some() => {
+                return Err(Error::InvalidArgument(
+                    "--mem-budget plans the CPU path; with a GPU device give --gpu-mem-budget"
+                        .into(),
+                ))
+            }
+            Some(_) => None,
+        };
+        let streams = memory.as_ref().is_some_and(|(m, _)| m.residency.streams());
+        let (layers, head) = if streams {
+            let r = memory.as_ref().map(|(m, _)| m.residency.resident.clone());
+            let r = r.unwrap_or_default();
+            // The resident blocks and the head packed (where packing is on); streamed blocks
+            // run from their file layout as they arrive.
+            (r.iter().map(|&x| x && pack).collect(), pack)
+        } else if !pack {
             // No matrix packed: the 1-D weights only.
             (vec![false; config.n_layer], false)
         } else {
@@ -214,9 +251,42 @@ impl Model {
         // After packing, which read its tensors once and handed the packed ones' pages back,
         // and without them: paging them in would hold both copies at the peak (and a touch of a
         // norm maps the whole page-cache folio around it, packed neighbours included).
-        let held: HashSet<String> = cpu_weights.tensor_names().collect();
+        let mut held: HashSet<String> = cpu_weights.tensor_names().collect();
+        let mut stream = None;
+        if let Some((report, spans)) = memory.as_mut().filter(|_| streams) {
+            let held_t: Vec<&crate::gguf::TensorInfo> =
+                held.iter().filter_map(|n| gguf.tensor(n)).collect();
+            let st = budget::start_stream(
+                &gguf,
+                report,
+                std::mem::take(spans),
+                &held_t,
+                opts.stream_io,
+            )?;
+            // Streamed blocks are read by the reader only; the embedding table stays on
+            // storage (a token reads one row) unless it is the head and was not packed.
+            for (l, &s) in st.streamed.iter().enumerate() {
+                if s {
+                    let prefix = format!("blk.{l}.");
+                    let names = gguf.tensors().iter().map(|t| &t.name);
+                    held.extend(names.filter(|n| n.starts_with(&prefix)).cloned());
+                }
+            }
+            let head_maps_table = config.tied_embeddings && !head;
+            if !head_maps_table {
+                held.insert(WeightId::TokEmbd.tensor_name());
+            }
+            stream = Some(st);
+        }
         prefault(&gguf, &prefault_plan(&gguf, &held), progress);
+        let prefill_batch = memory
+            .as_ref()
+            .map_or(PREFILL_BATCH, |(m, _)| m.prefill_batch);
+        let memory = memory.map(|(m, _)| m);
         Ok(Model {
+            memory,
+            stream,
+            prefill_batch,
             cpu_weights: Arc::new(cpu_weights),
             load_fallback,
             kv_types,
@@ -233,6 +303,17 @@ impl Model {
             device_note,
             f32_activations: opts.f32_activations,
         })
+    }
+
+    /// The memory plan of a model run on the CPU: the budget, the resident and streamed
+    /// blocks, the stream ring (`None` with a GPU, or where no limit could be read).
+    pub fn memory(&self) -> Option<&MemoryReport> {
+        self.memory.as_ref()
+    }
+
+    /// Tokens per prefill batch (larger when blocks stream: each is read once per batch).
+    pub fn prefill_batch(&self) -> usize {
+        self.prefill_batch
     }
 
     /// The K and V cache types of this model's sessions.
@@ -404,7 +485,7 @@ impl Session {
                 gpu,
                 placement,
                 n_ctx,
-                PREFILL_BATCH,
+                model.prefill_batch,
                 model.f32_activations,
                 model.kv_types,
                 model.cpu_weights.clone(),
@@ -432,6 +513,9 @@ impl Session {
                 _ => return Err(e),
             },
         };
+        if let Some(st) = &model.stream {
+            exec.set_cpu_stream(st.clone())?;
+        }
         if let Some(f) = &model.load_fallback {
             // Reported by the session's first events too, not only by the model.
             exec.push_fallback(f.clone());

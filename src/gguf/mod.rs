@@ -181,6 +181,9 @@ pub struct Gguf {
     meta_index: HashMap<String, usize>,
     tensors: Vec<TensorInfo>,
     tensor_index: HashMap<String, usize>,
+    /// The file the map was made from (`open`), read again by the storage reader and given
+    /// page-cache advice; `None` for images held in memory.
+    file: Option<(std::path::PathBuf, std::fs::File)>,
 }
 
 impl fmt::Debug for Gguf {
@@ -206,7 +209,9 @@ impl Gguf {
         // changed underneath a running process is outside what any mmap-based loader can defend
         // against (llama.cpp makes the same trade).
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(io)?;
-        Ok(Gguf::parse(Bytes::Mapped(map))?)
+        let mut g = Gguf::parse(Bytes::Mapped(map))?;
+        g.file = Some((path.to_path_buf(), file));
+        Ok(g)
     }
 
     /// Parses a GGUF image held in memory (tests, fuzzing, embedded models).
@@ -224,6 +229,20 @@ impl Gguf {
     pub fn data_offset(&self) -> u64 {
         self.data_offset
     }
+    /// The path of the file the model was opened from (`None` for an image in memory).
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_ref().map(|(p, _)| p.as_path())
+    }
+
+    /// Drops the page cache of `t`'s bytes (after `release_pages`, so the pages are no longer
+    /// mapped here): what the engine holds elsewhere, or reads again from storage, does not
+    /// also sit in the page cache, where it would count against the process's memory limit.
+    pub fn drop_page_cache(&self, t: &TensorInfo) {
+        if let Some((_, f)) = &self.file {
+            crate::memory::reader::drop_cache(f, t.file_offset, t.n_bytes);
+        }
+    }
+
     /// Size of the whole file in bytes.
     pub fn file_len(&self) -> u64 {
         self.bytes.as_slice().len() as u64

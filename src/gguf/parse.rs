@@ -135,6 +135,7 @@ impl Gguf {
             meta_index,
             tensors,
             tensor_index,
+            file: None,
         })
     }
 }

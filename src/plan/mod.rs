@@ -77,6 +77,17 @@ struct Shape {
 }
 
 impl Shape {
+    fn of(cfg: &Config) -> Shape {
+        Shape {
+            n_embd: cfg.n_embd,
+            n_head: cfg.n_head,
+            n_head_kv: cfg.n_head_kv,
+            head_dim: cfg.head_dim,
+            n_ff: cfg.n_ff,
+            n_vocab: cfg.n_vocab,
+            n_layer: cfg.n_layer,
+        }
+    }
     fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
     }
@@ -111,19 +122,20 @@ pub fn kv_layer_bytes(n_ctx: usize, kv_dim: usize, kv_bits: f64) -> Result<u64> 
     bits_to_bytes(n, kv_bits)
 }
 
-/// Runtime bytes per device, mirroring what `Scratch::new` (src/model.rs),
-/// `CpuBackend::new`/`MatmulScratch` and `GpuBackend::new` allocate for `PLAN_BATCH` tokens.
-/// Returns (cpu scratch, gpu scratch, gpu staging, gpu transfer).
-fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
-    // u128: no width a Config or ArchSpec admits overflows these products.
-    let b = PLAN_BATCH as u128;
+/// Scratch: x, h, o, sel [batch, n_embd]; q, att [batch, q_dim]; k, v [batch, kv_dim];
+/// g, u [batch, n_ff]; logits [batch, n_vocab]; all f32, on each backend that runs stages.
+fn act_bytes(s: &Shape, b: u128) -> u128 {
     let f = |v: usize| v as u128;
-    let out = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
-    // Scratch: x, h, o, sel [batch, n_embd]; q, att [batch, q_dim]; k, v [batch, kv_dim];
-    // g, u [batch, n_ff]; logits [batch, n_vocab]; all f32, on each backend that runs stages.
-    let act = b
-        * 4
-        * (4 * f(s.n_embd) + 2 * f(s.q_dim()) + 2 * f(s.kv_dim()) + 2 * f(s.n_ff) + f(s.n_vocab));
+    b * 4 * (4 * f(s.n_embd) + 2 * f(s.q_dim()) + 2 * f(s.kv_dim()) + 2 * f(s.n_ff) + f(s.n_vocab))
+}
+
+/// The CPU backend's runtime bytes for batches of `batch` tokens: activations, the quantized
+/// matmul input, the prefill matmul's transposed outputs and the f32 norm weights.
+fn cpu_runtime(s: &Shape, batch: usize) -> u64 {
+    // u128: no width a Config or ArchSpec admits overflows these products.
+    let b = batch as u128;
+    let f = |v: usize| v as u128;
+    let act = act_bytes(s, b);
     let max_cols = s.n_embd.max(s.q_dim()).max(s.n_ff);
     let max_rows = s.n_vocab.max(s.n_ff).max(s.q_dim()).max(s.n_embd);
     // CPU QAct for [batch, max_cols]: int8 values, a scale and a sum per 32, two half sums
@@ -133,7 +145,27 @@ fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
     let yt = b * f(max_rows) * 4;
     // Norm weights copied to f32: two per block and the output norm.
     let norms = (2 * f(s.n_layer) + 1) * f(s.n_embd) * 4;
-    let cpu = act + qact + yt + norms;
+    u64::try_from(act + qact + yt + norms).unwrap_or(u64::MAX)
+}
+
+/// The CPU backend's runtime bytes for a model of `cfg` and batches of `batch` tokens (what
+/// [`MemoryModel::cpu_scratch_bytes`] counts for `PLAN_BATCH`).
+pub fn cpu_scratch_bytes(cfg: &Config, batch: usize) -> u64 {
+    cpu_runtime(&Shape::of(cfg), batch)
+}
+
+/// Runtime bytes per device, mirroring what `Scratch::new` (src/model.rs),
+/// `CpuBackend::new`/`MatmulScratch` and `GpuBackend::new` allocate for `PLAN_BATCH` tokens.
+/// Returns (cpu scratch, gpu scratch, gpu staging, gpu transfer).
+fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
+    let cpu = cpu_runtime(s, PLAN_BATCH);
+    let b = PLAN_BATCH as u128;
+    let f = |v: usize| v as u128;
+    let out = |v: u128| u64::try_from(v).unwrap_or(u64::MAX);
+    // Scratch: x, h, o, sel [batch, n_embd]; q, att [batch, q_dim]; k, v [batch, kv_dim];
+    // g, u [batch, n_ff]; logits [batch, n_vocab]; all f32, on each backend that runs stages.
+    let act = act_bytes(s, b);
+    let max_cols = s.n_embd.max(s.q_dim()).max(s.n_ff);
 
     let att_cfg = AttentionConfig {
         n_head: s.n_head,
@@ -158,6 +190,7 @@ fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
     let rope = f(s.head_dim / 2) * 4;
     let gpu = act + att + ids + qx + qd + rope;
     let staging = f(s.n_vocab) * 4;
+    let cpu = cpu as u128;
     let transfer = b * f(s.n_embd) * 4;
     (out(cpu), out(gpu), out(staging), out(transfer))
 }
@@ -235,16 +268,7 @@ impl MemoryModel {
                 _ => other += t.n_bytes,
             }
         }
-        let shape = Shape {
-            n_embd: cfg.n_embd,
-            n_head: cfg.n_head,
-            n_head_kv: cfg.n_head_kv,
-            head_dim: cfg.head_dim,
-            n_ff: cfg.n_ff,
-            n_vocab: cfg.n_vocab,
-            n_layer: cfg.n_layer,
-        };
-        let (cpu, gpu, staging, transfer) = runtime(&shape, n_ctx);
+        let (cpu, gpu, staging, transfer) = runtime(&Shape::of(cfg), n_ctx);
         let kv_dim = cfg.n_head_kv.checked_mul(cfg.head_dim).ok_or_else(|| {
             Error::Config(format!(
                 "KV width {} x {} overflows",

@@ -114,7 +114,17 @@ pub struct Exec {
     upload_seen: (u64, f64),
     /// Moves to the CPU after GPU failures (`failover`).
     fallbacks: Vec<Fallback>,
+    /// CPU blocks whose weights stream from storage, and the reader bringing them.
+    cpu_stream: Option<CpuStream>,
     pub stats: ExecStats,
+}
+
+/// The CPU's streamed blocks: `streamed[l]` (`[n_layer]`) says block l's matrices are read
+/// from storage through `reader` each time it runs on the CPU (the model's one reader).
+#[derive(Clone)]
+pub struct CpuStream {
+    pub reader: Arc<std::sync::Mutex<crate::memory::LayerReader>>,
+    pub streamed: Vec<bool>,
 }
 
 /// Runs `$body` with `$b`, `$s` bound to the backend and scratch of device `$d`.
@@ -199,6 +209,7 @@ impl Exec {
             residency_budget: None,
             upload_seen: (0, 0.0),
             fallbacks: Vec::new(),
+            cpu_stream: None,
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -257,6 +268,9 @@ impl Exec {
                 self.cpu_weights.clone(),
             )?;
             b.set_f32_activations(self.f32_activations);
+            if let Some(st) = &self.cpu_stream {
+                b.set_streamed(st.streamed.clone());
+            }
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             self.cpu = Some((b, s));
         }
@@ -290,6 +304,75 @@ impl Exec {
         self.gpu
             .as_mut()
             .ok_or_else(|| Error::InvalidArgument("no GPU backend".into()))
+    }
+
+    /// Streams the CPU's non-resident blocks through `stream` (before the first pass).
+    pub fn set_cpu_stream(&mut self, stream: CpuStream) -> Result<()> {
+        if stream.streamed.len() != self.cfg.n_layer {
+            return Err(Error::InvalidArgument(format!(
+                "stream plan of {} blocks for a model of {}",
+                stream.streamed.len(),
+                self.cfg.n_layer
+            )));
+        }
+        if let Some((b, _)) = self.cpu.as_mut() {
+            b.set_streamed(stream.streamed.clone());
+        }
+        self.cpu_stream = Some(stream);
+        Ok(())
+    }
+
+    /// Whether block `l` streams when it runs on the CPU.
+    fn cpu_streams(&self, l: usize) -> bool {
+        self.cpu_stream
+            .as_ref()
+            .is_some_and(|s| s.streamed.get(l) == Some(&true))
+    }
+
+    /// Runs block `l` of `n` tokens at `pos0` on the CPU, its weights read in from storage
+    /// first when it streams (the slot goes back to the reader whatever the block's result).
+    fn cpu_block(&mut self, l: usize, n: usize, pos0: usize) -> Result<()> {
+        let cfg = self.cfg.clone();
+        let Some(reader) = self
+            .cpu_stream
+            .as_ref()
+            .filter(|s| s.streamed.get(l) == Some(&true))
+            .map(|s| s.reader.clone())
+        else {
+            let (b, s) = self.cpu_side()?;
+            return crate::model::layer_stage(b, &cfg, s, l, n, pos0);
+        };
+        let slot = lock(&reader)?.acquire(l)?;
+        let (b, s) = match self.cpu_side() {
+            Ok(side) => side,
+            Err(e) => {
+                lock(&reader)?.release(slot);
+                return Err(e);
+            }
+        };
+        b.set_slot(slot);
+        let r = crate::model::layer_stage(b, &cfg, s, l, n, pos0);
+        if let Some(slot) = b.take_slot() {
+            lock(&reader)?.release(slot);
+        }
+        r
+    }
+}
+
+/// The model's stream reader, locked.
+fn lock(
+    r: &std::sync::Mutex<crate::memory::LayerReader>,
+) -> Result<std::sync::MutexGuard<'_, crate::memory::LayerReader>> {
+    r.lock()
+        .map_err(|_| Error::InvalidArgument("the stream reader was poisoned".into()))
+}
+
+impl Exec {
+    /// The stream reader's counters, when CPU blocks stream.
+    pub fn stream_stats(&self) -> Option<crate::memory::ReaderStats> {
+        let s = self.cpu_stream.as_ref()?;
+        let r = s.reader.lock().ok()?;
+        Some(r.stats())
     }
 
     /// Whether a placement puts a block without resident weights on the GPU.

@@ -71,6 +71,15 @@ struct ModelArgs {
     /// measured stage times; 0 keeps the placement fixed.
     #[arg(long = "resample-every", value_name = "N", default_value_t = 0)]
     resample_every: usize,
+    /// Memory the model may hold on the CPU (anonymous memory, mapped weights, KV cache,
+    /// stream slots), e.g. 2G: blocks that do not fit stream from storage, read ahead of the
+    /// compute [default: the cgroup limit, else available memory, less a margin].
+    #[arg(long = "mem-budget", value_name = "SIZE")]
+    mem_budget: Option<String>,
+    /// How streamed blocks keep out of the page cache: direct (O_DIRECT) or drop-behind
+    /// (buffered reads, dropped after use) [default: direct where the file system takes it].
+    #[arg(long = "stream-io", value_name = "MODE")]
+    stream_io: Option<String>,
     #[command(flatten)]
     cache: CacheTypeArgs,
 }
@@ -271,6 +280,16 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
             .map(memwall::plan::parse_size)
             .transpose()?,
         stream: args.stream,
+        mem_budget: args
+            .mem_budget
+            .as_deref()
+            .map(memwall::plan::parse_size)
+            .transpose()?,
+        stream_io: args
+            .stream_io
+            .as_deref()
+            .map(memwall::memory::IoMode::parse)
+            .transpose()?,
         resample_every: (args.resample_every > 0).then_some(args.resample_every),
         n_ctx,
         cache_type_k: args.cache.k,
@@ -435,6 +454,45 @@ fn prompt_cache_prefill(
     })
 }
 
+/// The memory report of `run --json`: the plan, what the reader did, the measured peak and
+/// the fraction of the storage floor decode reached.
+fn memory_json(
+    m: &memwall::engine::MemoryReport,
+    reads: Option<memwall::memory::ReaderStats>,
+    decode_tps: f64,
+) -> serde_json::Value {
+    let r = &m.residency;
+    let limit = memwall::memory::detect_limit();
+    let peak = memwall::memory::measured_peak(limit.as_ref());
+    let mut v = serde_json::json!({
+        "budget_bytes": m.budget_bytes,
+        "limit_bytes": m.limit_bytes,
+        "limit_source": m.limit_source,
+        "minimum_bytes": r.minimum,
+        "planned_bytes": r.planned_bytes,
+        "resident_bytes": r.resident_bytes,
+        "streamed_bytes_per_token": r.streamed_bytes,
+        "resident_blocks": r.resident.iter().filter(|&&x| x).count(),
+        "streamed_blocks": r.resident.iter().filter(|&&x| !x).count(),
+        "slots": r.slots,
+        "slot_bytes": r.slot_bytes,
+        "prefill_batch": m.prefill_batch,
+        "io_mode": m.io_mode,
+        "peak_bytes": peak.map(|p| p.bytes),
+        "peak_source": peak.map(|p| p.source),
+    });
+    if let Some(s) = reads {
+        v["storage"] = serde_json::to_value(s).unwrap_or_default();
+        // The floor: a token can go no faster than its streamed bytes arrive.
+        if r.streamed_bytes > 0 && s.read_gbps > 0.0 {
+            let floor = s.read_gbps * 1e9 / r.streamed_bytes as f64;
+            v["storage_floor_tps"] = floor.into();
+            v["floor_fraction"] = (decode_tps / floor).into();
+        }
+    }
+    v
+}
+
 fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     let model = load(&a.model, a.ctx, a.json)?;
     let seed = a.seed.unwrap_or_else(|| {
@@ -550,6 +608,9 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         }
         if let Some(r) = session.exec().policy_report() {
             obj["policy"] = serde_json::to_value(r).unwrap_or_default();
+        }
+        if let Some(m) = model.memory() {
+            obj["memory"] = memory_json(m, session.exec().stream_stats(), t.decode_tps);
         }
         if a.n_probs > 0 {
             obj["top_probs"] = gen

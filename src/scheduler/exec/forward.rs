@@ -114,7 +114,11 @@ impl Exec {
                     self.gpu_side()?.0.stream_in(l)?;
                 }
                 let s0 = self.stamp_gpu(d)?;
-                on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                if d == Device::Cpu && self.cpu_streams(l) {
+                    self.cpu_block(l, n, pos0 + done)?;
+                } else {
+                    on_dev!(self, d, |b, s| layer_stage(b, &cfg, s, l, n, pos0 + done))?;
+                }
                 let s1 = self.stamp_gpu(d)?;
                 // A streamed next block loads while this one runs (stream_in submits first).
                 if d == Device::Gpu && p.layers.get(l + 1) == Some(&Device::Gpu) {

@@ -1,0 +1,234 @@
+//! The CPU path under the memory budget: what the model costs in memory, which blocks stay
+//! resident, and the reader that streams the others from storage.
+
+use std::sync::{Arc, Mutex};
+
+use super::LoadOptions;
+use crate::backend::WeightId;
+use crate::config::Config;
+use crate::cpu::{Isa, PackedWeight};
+use crate::cpu_backend::CpuBackend;
+use crate::error::{Error, Result};
+use crate::gguf::{Gguf, TensorInfo};
+use crate::kv_type::KvTypes;
+use crate::memory::{BlockSpan, Costs, IoMode, LayerReader, LimitSource, Residency};
+use crate::scheduler::exec::CpuStream;
+
+/// Tokens per forward batch in prefill when blocks stream: each streamed block is read once
+/// per batch, so the batch is as large as the scratch it needs is worth (at 7B widths, 256
+/// tokens of activations and logits are ~0.2 GB where reading the streamed blocks once more
+/// costs gigabytes).
+pub(crate) const STREAM_BATCH: usize = 256;
+
+/// A resident block's compute time over a streamed block's read time, for the ring depth
+/// (`memory::residency::ring_depth`). Decode reads a resident block from DRAM (~20 GB/s on a
+/// phone or a laptop) and a streamed one from flash (1-3 GB/s): about a tenth.
+const COMPUTE_PER_READ: f64 = 0.1;
+
+/// What the load decided about memory (`run --json`, `bench`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct MemoryReport {
+    /// The memory limit found (cgroup or `MemAvailable`), when the budget came from it.
+    pub limit_bytes: Option<u64>,
+    pub limit_source: LimitSource,
+    /// The budget planned with.
+    pub budget_bytes: u64,
+    pub residency: Residency,
+    /// Tokens per prefill batch.
+    pub prefill_batch: usize,
+    /// How streamed reads bypass the page cache (`None`: nothing streams).
+    pub io_mode: Option<IoMode>,
+}
+
+/// The byte range of block `l`'s tensors in the file.
+fn block_span(g: &Gguf, l: usize) -> Option<BlockSpan> {
+    let prefix = format!("blk.{l}.");
+    let ts = g.tensors().iter().filter(|t| t.name.starts_with(&prefix));
+    let (mut lo, mut hi) = (u64::MAX, 0u64);
+    for t in ts {
+        lo = lo.min(t.file_offset);
+        hi = hi.max(t.file_offset + t.n_bytes);
+    }
+    (hi > lo).then_some(BlockSpan {
+        layer: l,
+        offset: lo,
+        len: hi - lo,
+    })
+}
+
+/// The span rounded out to whole 4 KiB blocks, as the reader reads it.
+fn read_bytes(s: &BlockSpan) -> u64 {
+    let a = 4096;
+    (s.offset + s.len).div_ceil(a) * a - s.offset / a * a
+}
+
+/// Bytes of matrix `id` held in memory: packed for the GEMM when `pack` and the format has a
+/// packed layout, else its file pages.
+fn held_bytes(g: &Gguf, id: WeightId, pack: bool) -> Result<u64> {
+    let t = g.require_tensor(&id.tensor_name())?;
+    let packed = match (pack, t.dims.as_slice()) {
+        (true, [c, r]) => PackedWeight::bytes_for(Isa::best(), t.ty, *r as usize, *c as usize),
+        _ => 0,
+    };
+    Ok(if packed > 0 { packed } else { t.n_bytes })
+}
+
+/// The costs of running `cfg` on the CPU with a context of `n_ctx` and batches of `batch`.
+fn costs(
+    g: &Gguf,
+    cfg: &Config,
+    n_ctx: usize,
+    kv: KvTypes,
+    batch: usize,
+    pack: bool,
+) -> Result<(Costs, Vec<BlockSpan>)> {
+    use WeightId::*;
+    let kv_dim = cfg.kv_dim();
+    let per_layer_kv = (kv.k.bytes(n_ctx * kv_dim) + kv.v.bytes(n_ctx * kv_dim)) as u64;
+    let vecs: u64 = CpuBackend::expected(cfg)
+        .iter()
+        .filter_map(|(_, d)| match d[..] {
+            [len] => Some(len as u64 * 4),
+            _ => None,
+        })
+        .sum();
+    // What the process holds already (binary, threads, tokenizer, metadata pages): counted
+    // as measured rather than estimated.
+    let runtime = crate::memory::limit::resident_now().unwrap_or(64 << 20);
+    let host = (batch * cfg.n_embd * 4) as u64;
+    let fixed = runtime
+        + cfg.n_layer as u64 * per_layer_kv
+        + crate::plan::cpu_scratch_bytes(cfg, batch)
+        + host
+        + vecs;
+    let head = held_bytes(g, if cfg.tied_embeddings { TokEmbd } else { Output }, pack)?;
+    let mut resident = Vec::with_capacity(cfg.n_layer);
+    let mut spans = Vec::with_capacity(cfg.n_layer);
+    for l in 0..cfg.n_layer {
+        let mut b = 0;
+        for id in [Wq(l), Wk(l), Wv(l), Wo(l), Gate(l), Up(l), Down(l)] {
+            b += held_bytes(g, id, pack)?;
+        }
+        resident.push(b);
+        spans.push(block_span(g, l).ok_or_else(|| Error::Tensor {
+            name: format!("blk.{l}"),
+            msg: "has no tensors in the file".into(),
+        })?);
+    }
+    let read = spans.iter().map(read_bytes).collect();
+    Ok((
+        Costs {
+            fixed,
+            head,
+            resident,
+            read,
+        },
+        spans,
+    ))
+}
+
+/// The budget for `opts`: given, else the detected limit less a margin (`None` where no
+/// limit can be read: everything resident, as without a budget).
+fn budget(opts: &LoadOptions) -> Option<(u64, Option<u64>, LimitSource)> {
+    if let Some(b) = opts.mem_budget {
+        return Some((b, None, LimitSource::Given));
+    }
+    let l = crate::memory::detect_limit()?;
+    Some((crate::memory::budget_of(l.bytes), Some(l.bytes), l.source))
+}
+
+/// Plans the CPU's memory for a model every stage of which runs on the CPU.
+pub(super) fn decide(
+    g: &Gguf,
+    cfg: &Config,
+    opts: &LoadOptions,
+    kv: KvTypes,
+    pack: bool,
+) -> Result<Option<(MemoryReport, Vec<BlockSpan>)>> {
+    let Some((budget, limit_bytes, limit_source)) = budget(opts) else {
+        return Ok(None);
+    };
+    let n_ctx = if opts.n_ctx == 0 {
+        cfg.n_ctx_train.min(4096)
+    } else {
+        opts.n_ctx
+    };
+    let plan_for = |batch: usize| -> Result<(Residency, Vec<BlockSpan>)> {
+        let (c, spans) = costs(g, cfg, n_ctx, kv, batch, pack)?;
+        Ok((crate::memory::plan(&c, budget, COMPUTE_PER_READ)?, spans))
+    };
+    let (mut residency, mut spans) = plan_for(super::PREFILL_BATCH)?;
+    let mut batch = super::PREFILL_BATCH;
+    if residency.streams() {
+        // A larger batch reads each streamed block fewer times per prompt, where it fits.
+        if let Ok((r, s)) = plan_for(STREAM_BATCH) {
+            (residency, spans, batch) = (r, s, STREAM_BATCH);
+        }
+    }
+    let streamed: Vec<BlockSpan> = spans
+        .into_iter()
+        .filter(|s| !residency.resident[s.layer])
+        .collect();
+    Ok(Some((
+        MemoryReport {
+            limit_bytes,
+            limit_source,
+            budget_bytes: budget,
+            residency,
+            prefill_batch: batch,
+            io_mode: None,
+        },
+        streamed,
+    )))
+}
+
+/// Starts the reader of the streamed blocks and drops from the page cache what the load read
+/// of the weights held elsewhere (packed), so neither counts twice against the budget.
+pub(super) fn start_stream(
+    g: &Gguf,
+    report: &mut MemoryReport,
+    spans: Vec<BlockSpan>,
+    held: &[&TensorInfo],
+    mode: Option<IoMode>,
+) -> Result<CpuStream> {
+    for t in held {
+        g.drop_page_cache(t);
+    }
+    let path = g.path().ok_or_else(|| {
+        Error::InvalidArgument("streaming needs a model opened from a file".into())
+    })?;
+    let reader = LayerReader::start(path, spans, report.residency.slots, mode)?;
+    report.io_mode = Some(reader.mode());
+    Ok(CpuStream {
+        streamed: report.residency.resident.iter().map(|&r| !r).collect(),
+        reader: Arc::new(Mutex::new(reader)),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spans_cover_a_blocks_tensors_and_reads_round_out_to_4k() {
+        use crate::gguf_writer::GgufWriter;
+        use kernels_ref::GgmlType;
+        let w = GgufWriter::new()
+            .tensor("blk.0.a", GgmlType::F32, &[1000], vec![0u8; 4000])
+            .tensor("blk.0.b", GgmlType::F32, &[10], vec![0u8; 40])
+            .tensor("blk.1.a", GgmlType::F32, &[8], vec![0u8; 32]);
+        let g = Gguf::from_bytes(w.to_bytes()).unwrap();
+        let s0 = block_span(&g, 0).unwrap();
+        let a = g.tensor("blk.0.a").unwrap();
+        let b = g.tensor("blk.0.b").unwrap();
+        assert_eq!(s0.offset, a.file_offset);
+        assert_eq!(s0.offset + s0.len, b.file_offset + b.n_bytes);
+        assert!(block_span(&g, 2).is_none());
+        let r = read_bytes(&BlockSpan {
+            layer: 0,
+            offset: 4095,
+            len: 2,
+        });
+        assert_eq!(r, 8192);
+    }
+}

@@ -1,0 +1,587 @@
+//! The storage reader: the weights of blocks that are not resident, read from the model file
+//! into a ring of slots by one thread, ahead of the compute that needs them.
+//!
+//! Each streamed block is one large sequential read (its tensors sit together in a GGUF
+//! file). The reader cycles through the streamed blocks in the order a forward pass uses them,
+//! so while block `l` is computed the next ones are read, and after the last block of a pass the
+//! first ones of the next pass are. The compute side waits only when a block is late.
+//!
+//! Streamed bytes must not pile up in the page cache, where they would count against the
+//! process's memory and push out what is resident: reads bypass it (`O_DIRECT`) or drop what
+//! they brought in right behind them (`posix_fadvise(DONTNEED)`).
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use crate::error::{Error, Result};
+
+/// `O_DIRECT` needs file offsets, lengths and buffer addresses aligned to the logical block
+/// size; 4 KiB covers every block device memwall meets.
+const DIRECT_ALIGN: usize = 4096;
+/// Bytes per read call: large enough for the device's full sequential rate, small enough that
+/// drop-behind frees the page cache as it goes.
+const CHUNK: usize = 8 << 20;
+
+/// How streamed reads keep out of the page cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum IoMode {
+    /// `O_DIRECT`: storage to the slot, no page cache at all.
+    Direct,
+    /// Buffered reads, each chunk's pages dropped from the page cache right after it is copied.
+    DropBehind,
+}
+
+impl IoMode {
+    pub fn parse(s: &str) -> Result<IoMode> {
+        match s {
+            "direct" => Ok(IoMode::Direct),
+            "drop-behind" | "buffered" => Ok(IoMode::DropBehind),
+            _ => Err(Error::InvalidArgument(format!(
+                "stream I/O mode {s:?}: expected direct or drop-behind"
+            ))),
+        }
+    }
+}
+
+/// One block's weights in the file: the byte range covering all of its tensors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BlockSpan {
+    pub layer: usize,
+    pub offset: u64,
+    pub len: u64,
+}
+
+/// A slot of the ring, holding one block's bytes as read from the file.
+pub struct Slot {
+    layer: usize,
+    /// The slot's memory: `[capacity + DIRECT_ALIGN]` bytes, the data starting at the first
+    /// 4 KiB-aligned address (`start`).
+    buf: Vec<u8>,
+    start: usize,
+    /// File offset of `buf[start]`.
+    base: u64,
+    /// Bytes of the file held from `base`.
+    len: usize,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("layer", &self.layer)
+            .field("base", &self.base)
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+impl Slot {
+    fn new(capacity: usize) -> Result<Slot> {
+        let total = capacity + DIRECT_ALIGN;
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(total)
+            .map_err(|_| Error::OutOfMemory {
+                what: format!("stream slot of {capacity} bytes"),
+            })?;
+        // Touched now, so the slot is counted where it is made and never faults in a token.
+        buf.resize(total, 0);
+        let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+        Ok(Slot {
+            layer: usize::MAX,
+            buf,
+            start,
+            base: 0,
+            len: 0,
+        })
+    }
+
+    /// The block whose bytes the slot holds.
+    pub fn layer(&self) -> usize {
+        self.layer
+    }
+
+    /// The `len` bytes at file offset `offset`, if the slot holds them.
+    pub fn bytes(&self, offset: u64, len: usize) -> Option<&[u8]> {
+        let rel = usize::try_from(offset.checked_sub(self.base)?).ok()?;
+        let end = rel.checked_add(len)?;
+        (end <= self.len).then(|| &self.buf[self.start + rel..self.start + end])
+    }
+
+    fn capacity(&self) -> usize {
+        self.buf.len() - DIRECT_ALIGN
+    }
+}
+
+/// Counters of the reader, shared with its thread.
+#[derive(Debug, Default)]
+struct Counters {
+    bytes: AtomicU64,
+    reads: AtomicU64,
+    read_ns: AtomicU64,
+    wait_ns: AtomicU64,
+    waits: AtomicU64,
+    skipped: AtomicU64,
+}
+
+/// What the reader has done so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct ReaderStats {
+    /// Bytes read from storage (with `O_DIRECT`, rounded out to whole 4 KiB blocks).
+    pub bytes_read: u64,
+    /// Blocks read.
+    pub blocks_read: u64,
+    /// Seconds the reader thread spent in reads.
+    pub read_s: f64,
+    /// Storage bandwidth achieved while reading, GB/s (bytes / read time).
+    pub read_gbps: f64,
+    /// Seconds the compute side waited for a block that was late.
+    pub wait_s: f64,
+    /// Times the compute side found its block not yet read.
+    pub waits: u64,
+    /// Blocks read but not used (the compute side asked for another one first).
+    pub skipped: u64,
+}
+
+/// The reader thread and the ring of slots between it and the compute side.
+pub struct LayerReader {
+    /// Streamed blocks in pass order.
+    order: Vec<usize>,
+    ready: Receiver<std::io::Result<Slot>>,
+    free: Option<Sender<Slot>>,
+    thread: Option<JoinHandle<()>>,
+    counters: Arc<Counters>,
+    mode: IoMode,
+    depth: usize,
+    slot_bytes: usize,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for LayerReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LayerReader")
+            .field("order", &self.order)
+            .field("mode", &self.mode)
+            .field("depth", &self.depth)
+            .finish()
+    }
+}
+
+/// `span` rounded out to `DIRECT_ALIGN` (start down, end up): (aligned start, length).
+fn aligned(offset: u64, len: u64) -> (u64, usize) {
+    let a = DIRECT_ALIGN as u64;
+    let start = offset / a * a;
+    let end = (offset + len).div_ceil(a) * a;
+    (start, (end - start) as usize)
+}
+
+#[cfg(target_os = "linux")]
+fn open_direct(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_direct(_: &Path) -> std::io::Result<File> {
+    Err(std::io::Error::new(
+        std::io::ErrorKind::Unsupported,
+        "O_DIRECT is Linux-only",
+    ))
+}
+
+/// Drops the page cache of a file range (the pages are clean: memwall never writes model files).
+pub fn drop_cache(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an advisory call on an open descriptor; it reads no memory of ours.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
+}
+
+#[cfg(unix)]
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(f, buf, off)
+}
+
+#[cfg(windows)]
+fn read_at(f: &File, buf: &mut [u8], off: u64) -> std::io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(f, buf, off)
+}
+
+/// Reads `span` into `slot` (whole, or an error naming the shortfall). Returns bytes read.
+fn read_block(f: &File, mode: IoMode, span: &BlockSpan, slot: &mut Slot) -> std::io::Result<u64> {
+    let (base, len) = match mode {
+        IoMode::Direct => aligned(span.offset, span.len),
+        IoMode::DropBehind => (span.offset, span.len as usize),
+    };
+    if len > slot.capacity() {
+        return Err(std::io::Error::other(format!(
+            "block {} needs {len} bytes, the slot holds {}",
+            span.layer,
+            slot.capacity()
+        )));
+    }
+    let dst = &mut slot.buf[slot.start..slot.start + len];
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        let got = read_at(f, &mut dst[done..done + n], base + done as u64)?;
+        if mode == IoMode::DropBehind && got > 0 {
+            drop_cache(f, base + done as u64, got as u64);
+        }
+        if got == 0 {
+            break;
+        }
+        done += got;
+    }
+    // An aligned read may stop at the end of the file, past the block's last byte.
+    let need = (span.offset + span.len - base) as usize;
+    if done < need {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::UnexpectedEof,
+            format!(
+                "block {} ends at byte {}, the file ends at {}",
+                span.layer,
+                span.offset + span.len,
+                base + done as u64
+            ),
+        ));
+    }
+    slot.layer = span.layer;
+    slot.base = base;
+    slot.len = done;
+    Ok(done as u64)
+}
+
+impl LayerReader {
+    /// Starts the reader of `spans` (in pass order) from the file at `path`, with `depth` slots
+    /// each large enough for the largest block. `mode` `None` tries `O_DIRECT` first and falls
+    /// back to drop-behind where the file system refuses it.
+    pub fn start(
+        path: &Path,
+        spans: Vec<BlockSpan>,
+        depth: usize,
+        mode: Option<IoMode>,
+    ) -> Result<LayerReader> {
+        let io = |source| Error::Io {
+            path: path.to_path_buf(),
+            source,
+        };
+        if spans.is_empty() || depth == 0 {
+            return Err(Error::InvalidArgument(
+                "a stream reader needs at least one block and one slot".into(),
+            ));
+        }
+        let slot_bytes = spans
+            .iter()
+            .map(|s| aligned(s.offset, s.len).1)
+            .max()
+            .unwrap_or(0);
+        let mut slots = Vec::with_capacity(depth);
+        for _ in 0..depth {
+            slots.push(Slot::new(slot_bytes)?);
+        }
+        // The mode is settled by one real read of the first block: O_DIRECT can open and then
+        // fail on its first read (tmpfs, some overlay and network file systems).
+        let (file, mode, first) = match mode {
+            Some(IoMode::DropBehind) => (File::open(path).map_err(io)?, IoMode::DropBehind, None),
+            m => {
+                let direct = open_direct(path).and_then(|f| {
+                    let mut s = slots
+                        .pop()
+                        .ok_or_else(|| std::io::Error::other("no slot"))?;
+                    let r = read_block(&f, IoMode::Direct, &spans[0], &mut s);
+                    match r {
+                        Ok(n) => Ok((f, s, n)),
+                        Err(e) => {
+                            slots.push(s);
+                            Err(e)
+                        }
+                    }
+                });
+                match (direct, m) {
+                    (Ok((f, s, n)), _) => (f, IoMode::Direct, Some((s, n))),
+                    (Err(e), Some(IoMode::Direct)) => {
+                        return Err(Error::Io {
+                            path: path.to_path_buf(),
+                            source: std::io::Error::new(
+                                e.kind(),
+                                format!("direct I/O refused: {e}"),
+                            ),
+                        })
+                    }
+                    (Err(e), _) => {
+                        log::info!("stream reader: O_DIRECT unavailable ({e}); drop-behind reads");
+                        (File::open(path).map_err(io)?, IoMode::DropBehind, None)
+                    }
+                }
+            }
+        };
+        let counters = Arc::new(Counters::default());
+        let (ready_tx, ready) = channel();
+        let (free, free_rx) = channel::<Slot>();
+        let mut next = 0;
+        if let Some((s, n)) = first {
+            counters.bytes.fetch_add(n, Ordering::Relaxed);
+            counters.reads.fetch_add(1, Ordering::Relaxed);
+            let _ = ready_tx.send(Ok(s));
+            next = 1;
+        }
+        for s in slots {
+            let _ = free.send(s);
+        }
+        let order: Vec<usize> = spans.iter().map(|s| s.layer).collect();
+        let c = counters.clone();
+        let thread = std::thread::Builder::new()
+            .name("memwall-reader".into())
+            .spawn(move || {
+                let mut i = next;
+                while let Ok(mut slot) = free_rx.recv() {
+                    let span = &spans[i % spans.len()];
+                    i += 1;
+                    let t = Instant::now();
+                    let r = read_block(&file, mode, span, &mut slot);
+                    c.read_ns
+                        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    let r = r.map(|n| {
+                        c.bytes.fetch_add(n, Ordering::Relaxed);
+                        c.reads.fetch_add(1, Ordering::Relaxed);
+                        slot
+                    });
+                    let failed = r.is_err();
+                    if ready_tx.send(r).is_err() || failed {
+                        break;
+                    }
+                }
+            })
+            .map_err(io)?;
+        Ok(LayerReader {
+            order,
+            ready,
+            free: Some(free),
+            thread: Some(thread),
+            counters,
+            mode,
+            depth,
+            slot_bytes,
+            path: path.to_path_buf(),
+        })
+    }
+
+    /// The I/O mode the reader settled on.
+    pub fn mode(&self) -> IoMode {
+        self.mode
+    }
+
+    /// Slots in the ring.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    /// Bytes of one slot (the largest block, rounded out to whole 4 KiB blocks).
+    pub fn slot_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// The streamed blocks, in the order the reader reads them.
+    pub fn order(&self) -> &[usize] {
+        &self.order
+    }
+
+    /// The slot holding block `layer`, waiting for the reader if it is not there yet. Blocks
+    /// read ahead that the caller skips (a pass cut short) go back to the reader.
+    pub fn acquire(&mut self, layer: usize) -> Result<Slot> {
+        if !self.order.contains(&layer) {
+            return Err(Error::InvalidArgument(format!(
+                "block {layer} is not streamed"
+            )));
+        }
+        let lost = |path: &Path, e: std::io::Error| Error::Io {
+            path: path.to_path_buf(),
+            source: std::io::Error::new(e.kind(), format!("streaming a block: {e}")),
+        };
+        loop {
+            let got = match self.ready.try_recv() {
+                Ok(r) => r,
+                Err(TryRecvError::Empty) => {
+                    let t = Instant::now();
+                    let r = self.ready.recv();
+                    let c = &self.counters;
+                    c.wait_ns
+                        .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                    c.waits.fetch_add(1, Ordering::Relaxed);
+                    match r {
+                        Ok(r) => r,
+                        Err(_) => {
+                            return Err(lost(
+                                &self.path,
+                                std::io::Error::other("the reader thread stopped"),
+                            ))
+                        }
+                    }
+                }
+                Err(TryRecvError::Disconnected) => {
+                    return Err(lost(
+                        &self.path,
+                        std::io::Error::other("the reader thread stopped"),
+                    ))
+                }
+            };
+            let slot = got.map_err(|e| lost(&self.path, e))?;
+            if slot.layer == layer {
+                return Ok(slot);
+            }
+            self.counters.skipped.fetch_add(1, Ordering::Relaxed);
+            self.release(slot);
+        }
+    }
+
+    /// Gives a slot back to the reader, which fills it with the next block in its cycle.
+    pub fn release(&mut self, slot: Slot) {
+        if let Some(f) = &self.free {
+            let _ = f.send(slot);
+        }
+    }
+
+    pub fn stats(&self) -> ReaderStats {
+        let c = &self.counters;
+        let bytes = c.bytes.load(Ordering::Relaxed);
+        let read_s = c.read_ns.load(Ordering::Relaxed) as f64 * 1e-9;
+        ReaderStats {
+            bytes_read: bytes,
+            blocks_read: c.reads.load(Ordering::Relaxed),
+            read_s,
+            read_gbps: if read_s > 0.0 {
+                bytes as f64 / read_s / 1e9
+            } else {
+                0.0
+            },
+            wait_s: c.wait_ns.load(Ordering::Relaxed) as f64 * 1e-9,
+            waits: c.waits.load(Ordering::Relaxed),
+            skipped: c.skipped.load(Ordering::Relaxed),
+        }
+    }
+}
+
+impl Drop for LayerReader {
+    fn drop(&mut self) {
+        // Without a sender of free slots the thread ends after its read in progress.
+        self.free = None;
+        while self.ready.try_recv().is_ok() {}
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    /// A file of `len` patterned bytes, named by the test (tests run in parallel).
+    fn file_of(tag: &str, len: usize) -> (PathBuf, Vec<u8>) {
+        let data: Vec<u8> = (0..len).map(|i| (i * 7 + i / 4096) as u8).collect();
+        let p =
+            std::env::temp_dir().join(format!("memwall-reader-{}-{tag}.bin", std::process::id()));
+        std::fs::File::create(&p).unwrap().write_all(&data).unwrap();
+        (p, data)
+    }
+
+    fn spans() -> Vec<BlockSpan> {
+        // Unaligned starts and lengths, the last block ending at the end of the file.
+        vec![
+            BlockSpan {
+                layer: 1,
+                offset: 100,
+                len: 9000,
+            },
+            BlockSpan {
+                layer: 3,
+                offset: 20_000,
+                len: 33_333,
+            },
+            BlockSpan {
+                layer: 4,
+                offset: 60_001,
+                len: 5_535,
+            },
+        ]
+    }
+
+    #[test]
+    fn blocks_come_in_pass_order_with_the_file_bytes_in_both_modes() {
+        let (p, data) = file_of("order", 65_536);
+        for mode in [None, Some(IoMode::DropBehind)] {
+            let mut r = LayerReader::start(&p, spans(), 2, mode).unwrap();
+            for _pass in 0..3 {
+                for s in spans() {
+                    let slot = r.acquire(s.layer).unwrap();
+                    assert_eq!(slot.layer(), s.layer);
+                    let (o, n) = (s.offset as usize, s.len as usize);
+                    assert_eq!(slot.bytes(s.offset, n).unwrap(), &data[o..o + n]);
+                    assert!(slot.bytes(s.offset + 1, n + 4096).is_none());
+                    r.release(slot);
+                }
+            }
+            let st = r.stats();
+            assert!(st.blocks_read >= 9, "{st:?}");
+            assert_eq!(st.skipped, 0);
+        }
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_skipped_block_goes_back_and_unknown_blocks_are_refused() {
+        let (p, data) = file_of("skip", 65_536);
+        let mut r = LayerReader::start(&p, spans(), 3, Some(IoMode::DropBehind)).unwrap();
+        // A pass cut short after block 1: the next pass asks for block 1 again.
+        let s = r.acquire(1).unwrap();
+        r.release(s);
+        let s = r.acquire(1).unwrap();
+        assert_eq!(s.bytes(100, 10).unwrap(), &data[100..110]);
+        r.release(s);
+        assert!(r.stats().skipped >= 2);
+        assert!(r.acquire(2).is_err());
+        std::fs::remove_file(p).unwrap();
+    }
+
+    #[test]
+    fn a_block_past_the_end_of_the_file_is_an_error_not_a_hang() {
+        let (p, _) = file_of("eof", 10_000);
+        let bad = vec![BlockSpan {
+            layer: 0,
+            offset: 8_000,
+            len: 4_000,
+        }];
+        for mode in [None, Some(IoMode::DropBehind)] {
+            match LayerReader::start(&p, bad.clone(), 2, mode) {
+                // Direct I/O found it on its trial read and fell back; the read fails again.
+                Ok(mut r) => {
+                    let e = r.acquire(0).unwrap_err().to_string();
+                    assert!(e.contains("ends at byte 12000"), "{e}");
+                    assert!(r.acquire(0).is_err());
+                }
+                Err(e) => panic!("start failed: {e}"),
+            }
+        }
+        std::fs::remove_file(p).unwrap();
+    }
+}
