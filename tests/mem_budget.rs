@@ -1,0 +1,174 @@
+//! The memory budget on the CPU path: blocks that do not fit stream from storage through the
+//! reader, with the same logits as the all-resident model, the measured peak within the
+//! budget, and a budget below the minimum refused naming it.
+
+mod common;
+
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+
+use memwall::engine::{DeviceChoice, LoadOptions, Model};
+use memwall::memory::IoMode;
+use memwall::model::Logits;
+
+/// The plan counts the memory the process holds at load, so loads in this file run one at a
+/// time (test threads share the process).
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+fn opts(budget: u64, io: Option<IoMode>, no_repack: bool) -> LoadOptions {
+    LoadOptions {
+        device: DeviceChoice::Cpu,
+        mem_budget: Some(budget),
+        stream_io: io,
+        no_repack,
+        n_ctx: 256,
+        ..Default::default()
+    }
+}
+
+fn load(o: &LoadOptions) -> Arc<Model> {
+    Arc::new(Model::load(common::model_path(), o).unwrap())
+}
+
+/// The logits of a 150-token prompt (three prefill batches) and 6 greedy tokens after it.
+fn logits(m: &Arc<Model>) -> Vec<Vec<f32>> {
+    let mut s = m.session(256).unwrap();
+    let prompt: Vec<u32> = (0..150).map(|i| 100 + (i * 37) % 4000).collect();
+    let n_vocab = m.config().n_vocab;
+    let mut out = vec![s.eval(&prompt, Logits::All).unwrap()];
+    for _ in 0..6 {
+        // The last row: the prompt's last token's, then the one token's.
+        let last = out.last().unwrap();
+        let id = memwall::sampler::argmax(&last[last.len() - n_vocab..]) as u32;
+        let l = s.eval(&[id], Logits::Last).unwrap();
+        out.push(l);
+    }
+    out
+}
+
+/// The smallest budget a load in this process would take now (the plan counts what the process
+/// holds), from the refusal of a budget of one byte.
+fn minimum_now(no_repack: bool) -> u64 {
+    match Model::load(common::model_path(), &opts(1, None, no_repack)) {
+        Err(memwall::Error::MemoryBudget { minimum, .. }) => minimum,
+        other => panic!("a one-byte budget was not refused: {other:?}"),
+    }
+}
+
+#[test]
+fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    for no_repack in [false, true] {
+        let mut streamed = Vec::new();
+        for io in [None, Some(IoMode::DropBehind)] {
+            // The minimum and about a quarter of the blocks' 96 MB: the rest stream.
+            let budget = minimum_now(no_repack) + (24 << 20);
+            let m = load(&opts(budget, io, no_repack));
+            let r = m.memory().expect("a memory plan on the CPU").residency.clone();
+            let n_streamed = r.resident.iter().filter(|&&x| !x).count();
+            assert!(
+                n_streamed > 10 && n_streamed < 30,
+                "{n_streamed} of 30 blocks stream at {budget} bytes"
+            );
+            assert!(r.planned_bytes <= budget, "{r:?}");
+            streamed.push((io, logits(&m)));
+            // Every streamed block was read for every pass.
+            let mut s = m.session(256).unwrap();
+            s.eval(&[1, 2, 3], Logits::Last).unwrap();
+            let st = s.exec().stream_stats().expect("the session streams");
+            assert!(st.blocks_read >= n_streamed as u64, "{st:?}");
+            assert!(st.bytes_read >= r.streamed_bytes, "{st:?}");
+        }
+        let resident = load(&opts(64 << 30, None, no_repack));
+        let plan = resident.memory().expect("a memory plan on the CPU");
+        assert!(!plan.residency.streams(), "a 64 GiB budget streams nothing");
+        let want = logits(&resident);
+        for (io, got) in &streamed {
+            assert_eq!(got.len(), want.len());
+            for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+                let diff = g.iter().zip(w).position(|(a, b)| a.to_bits() != b.to_bits());
+                assert!(
+                    diff.is_none(),
+                    "no_repack {no_repack}, io {io:?}: step {step} differs at {diff:?}"
+                );
+            }
+        }
+    }
+}
+
+fn memwall(args: &[&str]) -> std::process::Output {
+    let model = common::model_path();
+    Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .arg("run")
+        .arg("-m")
+        .arg(&model)
+        .args(["-d", "cpu", "-c", "256", "--temp", "0", "--json"])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn json_of(out: &std::process::Output) -> serde_json::Value {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let last = stdout.lines().last().unwrap_or_default();
+    serde_json::from_str(last).unwrap_or_else(|e| {
+        panic!(
+            "no JSON ({e}): {stdout}\nstderr: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+#[test]
+fn a_streamed_run_stays_within_its_budget_and_reports_its_reads() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    // The minimum as the CLI process plans it.
+    let probe = json_of(&memwall(&["--mem-budget", "64G", "-p", "Hi", "-n", "1"]));
+    let min = probe["memory"]["minimum_bytes"].as_u64().unwrap();
+    let all = probe["memory"]["resident_bytes"].as_u64().unwrap();
+    let budget = min + all / 3;
+    let out = memwall(&[
+        "--mem-budget",
+        &budget.to_string(),
+        "-p",
+        "The capital of France is",
+        "-n",
+        "24",
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let j = json_of(&out);
+    let m = &j["memory"];
+    assert_eq!(m["budget_bytes"].as_u64(), Some(budget));
+    assert!(m["streamed_blocks"].as_u64().unwrap() > 0, "{m}");
+    let peak = m["peak_bytes"].as_u64().unwrap();
+    assert!(peak <= budget, "peak {peak} over the budget {budget}: {m}");
+    // Each decoded token read the streamed blocks once (read-ahead adds at most a pass).
+    let per_token = m["streamed_bytes_per_token"].as_u64().unwrap();
+    let read = m["storage"]["bytes_read"].as_u64().unwrap();
+    assert!(read >= 24 * per_token, "{m}");
+    assert!(m["storage"]["read_gbps"].as_f64().unwrap() > 0.0, "{m}");
+    assert!(m["floor_fraction"].as_f64().unwrap() > 0.0, "{m}");
+    // Same text as the resident run.
+    let resident = json_of(&memwall(&["-p", "The capital of France is", "-n", "24"]));
+    assert_eq!(j["generated_ids"], resident["generated_ids"]);
+}
+
+#[test]
+fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let out = memwall(&["--mem-budget", "20M", "-p", "Hi", "-n", "1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("memory budget of 20.97 MB is below the") && err.contains("at the least"),
+        "{err}"
+    );
+    // The same through the library: a typed error carrying both numbers.
+    match Model::load(common::model_path(), &opts(20 << 20, None, false)) {
+        Err(memwall::Error::MemoryBudget { budget, minimum, .. }) => {
+            assert_eq!(budget, 20 << 20);
+            assert!(minimum > budget);
+        }
+        other => panic!("expected a budget error, got {other:?}"),
+    }
+}
