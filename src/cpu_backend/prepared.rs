@@ -76,8 +76,16 @@ impl PreparedWeights {
 
     /// Dequantizes the model's 1-D weights and packs, on the current rayon pool, the matrices
     /// of the blocks with `layers[l]` set and with `head` the head's (none of either: the
-    /// vectors only, as with `--no-repack`).
-    pub fn build(g: &Gguf, cfg: &Config, layers: &[bool], head: bool) -> Result<PreparedWeights> {
+    /// vectors only, as with `--no-repack`). With `drop_cache` (a memory budget tight enough
+    /// to stream), what is read is also dropped from the page cache tensor by tensor, so the
+    /// load's peak is the packed copies alone.
+    pub fn build(
+        g: &Gguf,
+        cfg: &Config,
+        layers: &[bool],
+        head: bool,
+        drop_cache: bool,
+    ) -> Result<PreparedWeights> {
         let t0 = Instant::now();
         let isa = Isa::best();
         let mut vecs = HashMap::new();
@@ -95,6 +103,9 @@ impl PreparedWeights {
         for t in read {
             g.release_pages(t);
         }
+        if drop_cache {
+            g.drop_file_cache();
+        }
         let mut mats = HashMap::new();
         for id in matrices(cfg, layers, head) {
             let (t, w) = matrix(g, id)?;
@@ -103,6 +114,9 @@ impl PreparedWeights {
                 // The matmuls read the packed copy from now on: without this the file's pages
                 // read while packing would hold the same bytes a second time.
                 g.release_pages(t);
+                if drop_cache {
+                    g.drop_file_cache();
+                }
             }
         }
         Ok(PreparedWeights {

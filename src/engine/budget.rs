@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::cpu::{Isa, PackedWeight};
 use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gguf::{Gguf, TensorInfo};
+use crate::gguf::Gguf;
 use crate::kv_type::KvTypes;
 use crate::memory::{BlockSpan, Costs, IoMode, LayerReader, LimitSource, Residency};
 use crate::scheduler::exec::CpuStream;
@@ -182,18 +182,16 @@ pub(super) fn decide(
     )))
 }
 
-/// Starts the reader of the streamed blocks and drops from the page cache what the load read
-/// of the weights held elsewhere (packed), so neither counts twice against the budget.
+/// Starts the reader of the streamed blocks, after dropping from the page cache what the load
+/// read through the map (weights now held packed, and the read-ahead around them), so nothing
+/// counts twice against the budget.
 pub(super) fn start_stream(
     g: &Gguf,
     report: &mut MemoryReport,
     spans: Vec<BlockSpan>,
-    held: &[&TensorInfo],
     mode: Option<IoMode>,
 ) -> Result<CpuStream> {
-    for t in held {
-        g.drop_page_cache(t);
-    }
+    g.drop_file_cache();
     let path = g.path().ok_or_else(|| {
         Error::InvalidArgument("streaming needs a model opened from a file".into())
     })?;

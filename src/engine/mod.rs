@@ -247,22 +247,17 @@ impl Model {
                 placement.prefill.head == Device::Cpu || placement.decode.head == Device::Cpu;
             ((0..config.n_layer).map(on_cpu).collect(), head)
         };
-        let cpu_weights = pool.install(|| PreparedWeights::build(&gguf, &config, &layers, head))?;
+        let cpu_weights = pool.install(|| {
+            PreparedWeights::build(&gguf, &config, &layers, head, streams)
+        })?;
         // After packing, which read its tensors once and handed the packed ones' pages back,
         // and without them: paging them in would hold both copies at the peak (and a touch of a
         // norm maps the whole page-cache folio around it, packed neighbours included).
         let mut held: HashSet<String> = cpu_weights.tensor_names().collect();
         let mut stream = None;
         if let Some((report, spans)) = memory.as_mut().filter(|_| streams) {
-            let held_t: Vec<&crate::gguf::TensorInfo> =
-                held.iter().filter_map(|n| gguf.tensor(n)).collect();
-            let st = budget::start_stream(
-                &gguf,
-                report,
-                std::mem::take(spans),
-                &held_t,
-                opts.stream_io,
-            )?;
+            let spans = std::mem::take(spans);
+            let st = budget::start_stream(&gguf, report, spans, opts.stream_io)?;
             // Streamed blocks are read by the reader only; the embedding table stays on
             // storage (a token reads one row) unless it is the head and was not packed.
             for (l, &s) in st.streamed.iter().enumerate() {

@@ -243,6 +243,15 @@ impl Gguf {
         }
     }
 
+    /// Drops the page cache of the whole file but the pages mapped here: what reading a tensor
+    /// through the map brought in around it (read-ahead reaches megabytes past a small norm
+    /// into its neighbours) goes too.
+    pub fn drop_file_cache(&self) {
+        if let Some((_, f)) = &self.file {
+            crate::memory::reader::drop_cache(f, 0, 0);
+        }
+    }
+
     /// Size of the whole file in bytes.
     pub fn file_len(&self) -> u64 {
         self.bytes.as_slice().len() as u64
