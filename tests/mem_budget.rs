@@ -64,7 +64,11 @@ fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
             // The minimum and about a quarter of the blocks' 96 MB: the rest stream.
             let budget = minimum_now(no_repack) + (24 << 20);
             let m = load(&opts(budget, io, no_repack));
-            let r = m.memory().expect("a memory plan on the CPU").residency.clone();
+            let r = m
+                .memory()
+                .expect("a memory plan on the CPU")
+                .residency
+                .clone();
             let n_streamed = r.resident.iter().filter(|&&x| !x).count();
             assert!(
                 n_streamed > 10 && n_streamed < 30,
@@ -86,7 +90,10 @@ fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
         for (io, got) in &streamed {
             assert_eq!(got.len(), want.len());
             for (step, (g, w)) in got.iter().zip(&want).enumerate() {
-                let diff = g.iter().zip(w).position(|(a, b)| a.to_bits() != b.to_bits());
+                let diff = g
+                    .iter()
+                    .zip(w)
+                    .position(|(a, b)| a.to_bits() != b.to_bits());
                 assert!(
                     diff.is_none(),
                     "no_repack {no_repack}, io {io:?}: step {step} differs at {diff:?}"
@@ -135,7 +142,11 @@ fn a_streamed_run_stays_within_its_budget_and_reports_its_reads() {
         "-n",
         "24",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let j = json_of(&out);
     let m = &j["memory"];
     assert_eq!(m["budget_bytes"].as_u64(), Some(budget));
@@ -165,7 +176,9 @@ fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
     );
     // The same through the library: a typed error carrying both numbers.
     match Model::load(common::model_path(), &opts(20 << 20, None, false)) {
-        Err(memwall::Error::MemoryBudget { budget, minimum, .. }) => {
+        Err(memwall::Error::MemoryBudget {
+            budget, minimum, ..
+        }) => {
             assert_eq!(budget, 20 << 20);
             assert!(minimum > budget);
         }

@@ -73,7 +73,7 @@ use crate::engine::{DeviceChoice, LoadOptions, Model, Session};
 use crate::error::{Error, Result};
 use bandwidth::ProbeResult;
 pub use results::{
-    BenchReport, BytesPerToken, ConfigResult, Memory, ModelSummary, SpeedRatio, Stat,
+    BenchReport, BytesPerToken, ConfigResult, Memory, ModelSummary, SpeedRatio, Stat, StorageResult,
 };
 
 /// The `schema` field of the JSON output.
@@ -105,6 +105,10 @@ pub struct BenchOptions {
     pub cache_type_v: Option<crate::kv_type::KvType>,
     /// Seed of the synthetic prompt.
     pub seed: u64,
+    /// `--mem-budget` (see `LoadOptions::mem_budget`; `None`: the detected limit's).
+    pub mem_budget: Option<u64>,
+    /// `--stream-io` (see `LoadOptions::stream_io`).
+    pub stream_io: Option<crate::memory::IoMode>,
 }
 
 impl Default for BenchOptions {
@@ -122,6 +126,8 @@ impl Default for BenchOptions {
             cache_type_k: None,
             cache_type_v: None,
             seed: 0x006d_656d_7761_6c6c,
+            mem_budget: None,
+            stream_io: None,
         }
     }
 }
@@ -297,6 +303,10 @@ fn run_config(
             resident,
             ..Default::default()
         },
+        // The plan (GPU budget, CPU residency) is for the context the runs use.
+        n_ctx: o.n_prompt + o.n_gen,
+        mem_budget: o.mem_budget,
+        stream_io: o.stream_io,
         ..Default::default()
     };
     let t0 = Instant::now();
@@ -311,14 +321,22 @@ fn run_config(
     decode(&mut s, first, o.n_gen)?;
 
     let (mut pp, mut tg) = (Vec::with_capacity(o.reps), Vec::with_capacity(o.reps));
+    // Reader counters over the timed decode runs only.
+    let (mut read_bytes, mut read_s, mut wait_s) = (0u64, 0.0f64, 0.0f64);
     for _ in 0..o.reps {
         s.reset();
         let t = Instant::now();
         let first = s.eval_argmax(&prompt)?;
         pp.push(o.n_prompt as f64 / t.elapsed().as_secs_f64().max(1e-12));
+        let before = s.exec().stream_stats();
         let t = Instant::now();
         decode(&mut s, first, o.n_gen)?;
         tg.push(o.n_gen as f64 / t.elapsed().as_secs_f64().max(1e-12));
+        if let (Some(a), Some(b)) = (before, s.exec().stream_stats()) {
+            read_bytes += b.bytes_read - a.bytes_read;
+            read_s += b.read_s - a.read_s;
+            wait_s += b.wait_s - a.wait_s;
+        }
     }
     let (prefill_tps, decode_tps) = (Stat::new(pp), Stat::new(tg));
 
@@ -346,6 +364,36 @@ fn run_config(
         gpu_session_bytes: gpu_session,
         gpu_total_bytes: gpu_weights.zip(gpu_session).map(|(w, s)| w + s),
     };
+    let storage = model.memory().map(|m| {
+        let r = &m.residency;
+        let tokens = (o.reps * o.n_gen) as f64;
+        let read_gbps = if read_s > 0.0 {
+            read_bytes as f64 / read_s / 1e9
+        } else {
+            0.0
+        };
+        let floor = (r.streamed_bytes > 0 && read_gbps > 0.0)
+            .then(|| read_gbps * 1e9 / r.streamed_bytes as f64);
+        let limit = crate::memory::detect_limit();
+        let peak = crate::memory::measured_peak(limit.as_ref());
+        StorageResult {
+            budget_bytes: m.budget_bytes,
+            limit_source: m.limit_source,
+            resident_bytes: r.resident_bytes,
+            resident_blocks: r.resident.iter().filter(|&&x| x).count(),
+            streamed_blocks: r.resident.iter().filter(|&&x| !x).count(),
+            streamed_bytes_per_token: r.streamed_bytes,
+            read_bytes_per_token: read_bytes as f64 / tokens,
+            read_gbps,
+            wait_s_per_token: wait_s / tokens,
+            storage_floor_tps: floor,
+            floor_fraction: floor.map(|f| decode_tps.mean / f),
+            slots: r.slots,
+            io_mode: m.io_mode,
+            peak_bytes: peak.map(|p| p.bytes),
+            peak_source: peak.map(|p| p.source),
+        }
+    });
     let device_name = s.backend_name();
     let streamed = s.gpu_backend().and_then(|b| b.stream_stats()).is_some();
     let placement = s.exec().placement().decode.compact();
@@ -397,6 +445,7 @@ fn run_config(
         memory,
         probe,
         fraction_of_probe,
+        storage,
         vs_cpu: None,
     };
     Ok((result, summary))

@@ -125,6 +125,43 @@ pub fn table(r: &BenchReport) -> String {
         if let Some(p) = &c.probe {
             let _ = writeln!(s, "  probe: {}", probe_line(p));
         }
+        if let Some(st) = c.storage.as_ref().filter(|st| st.streamed_blocks > 0) {
+            let floor = st
+                .storage_floor_tps
+                .zip(st.floor_fraction)
+                .map_or(String::new(), |(f, x)| {
+                    format!("; storage floor {f:.3} t/s, reached {:.0}%", 100.0 * x)
+                });
+            let _ = writeln!(
+                s,
+                "  memory budget {} MiB: {} blocks resident ({} MiB), {} streamed ({} MiB per \
+                 token planned, {} MiB read per decoded token at {:.2} GB/s, {} reads, {} slots){floor}; \
+                 peak {} MiB ({})",
+                mib(st.budget_bytes),
+                st.resident_blocks,
+                mib(st.resident_bytes),
+                st.streamed_blocks,
+                mib(st.streamed_bytes_per_token),
+                mib(st.read_bytes_per_token as u64),
+                st.read_gbps,
+                match st.io_mode {
+                    Some(crate::memory::IoMode::Direct) => "direct",
+                    Some(crate::memory::IoMode::DropBehind) => "drop-behind",
+                    None => "no",
+                },
+                st.slots,
+                st.peak_bytes.map_or("-".into(), mib),
+                st.peak_source.unwrap_or("-"),
+            );
+        } else if let Some(st) = &c.storage {
+            let _ = writeln!(
+                s,
+                "  memory budget {} MiB: every block resident; peak {} MiB ({})",
+                mib(st.budget_bytes),
+                st.peak_bytes.map_or("-".into(), mib),
+                st.peak_source.unwrap_or("-"),
+            );
+        }
         if let (Some(v), false) = (c.vs_cpu, c.device == "cpu") {
             let _ = writeln!(
                 s,

@@ -90,6 +90,34 @@ pub struct Memory {
     pub gpu_total_bytes: Option<u64>,
 }
 
+/// A configuration under the memory budget: what stayed resident, what streamed, what the
+/// reader achieved, and the storage floor (`read GB/s / streamed bytes per token`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StorageResult {
+    pub budget_bytes: u64,
+    pub limit_source: crate::memory::LimitSource,
+    pub resident_bytes: u64,
+    pub resident_blocks: usize,
+    pub streamed_blocks: usize,
+    /// Bytes a token reads from storage, as planned (the streamed blocks).
+    pub streamed_bytes_per_token: u64,
+    /// Bytes read from storage per decoded token, measured over the timed decode runs.
+    pub read_bytes_per_token: f64,
+    /// Storage bandwidth the reader achieved over those runs, GB/s.
+    pub read_gbps: f64,
+    /// Seconds per decoded token the compute waited for a block.
+    pub wait_s_per_token: f64,
+    /// Decode tokens/s the storage allows at that bandwidth, and the fraction reached.
+    pub storage_floor_tps: Option<f64>,
+    pub floor_fraction: Option<f64>,
+    pub slots: usize,
+    pub io_mode: Option<crate::memory::IoMode>,
+    /// The measured peak (cgroup counter where the limit is the process's cgroup's, else
+    /// VmHWM).
+    pub peak_bytes: Option<u64>,
+    pub peak_source: Option<&'static str>,
+}
+
 /// One configuration's results.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ConfigResult {
@@ -109,6 +137,8 @@ pub struct ConfigResult {
     pub memory: Memory,
     pub probe: Option<ProbeResult>,
     pub fraction_of_probe: Option<f64>,
+    /// The memory plan and storage reads, on the CPU path (`None` with a GPU).
+    pub storage: Option<StorageResult>,
     /// This configuration's speed over memwall's own all-CPU path (`-d cpu`) in the same run,
     /// when the run has one: how much the GPU (or a split) gains on this machine.
     pub vs_cpu: Option<SpeedRatio>,

@@ -247,9 +247,8 @@ impl Model {
                 placement.prefill.head == Device::Cpu || placement.decode.head == Device::Cpu;
             ((0..config.n_layer).map(on_cpu).collect(), head)
         };
-        let cpu_weights = pool.install(|| {
-            PreparedWeights::build(&gguf, &config, &layers, head, streams)
-        })?;
+        let cpu_weights =
+            pool.install(|| PreparedWeights::build(&gguf, &config, &layers, head, streams))?;
         // After packing, which read its tensors once and handed the packed ones' pages back,
         // and without them: paging them in would hold both copies at the peak (and a touch of a
         // norm maps the whole page-cache folio around it, packed neighbours included).

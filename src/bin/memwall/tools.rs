@@ -44,9 +44,17 @@ pub(crate) struct BenchArgs {
     /// Skip the bandwidth probes.
     #[arg(long)]
     no_probe: bool,
-    /// MiB per bandwidth probe array (CPU) or buffer (GPU, capped by the binding limit).
-    #[arg(long, default_value_t = 256)]
-    probe_mib: u64,
+    /// MiB per bandwidth probe array (CPU) or buffer (GPU, capped by the binding limit)
+    /// [default: four times the last-level cache, at least 256, so the CPU probe measures
+    /// DRAM, not cache; within the memory limit]
+    #[arg(long)]
+    probe_mib: Option<u64>,
+    /// Memory the model may hold on the CPU (see `run --mem-budget`).
+    #[arg(long = "mem-budget", value_name = "SIZE")]
+    mem_budget: Option<String>,
+    /// How streamed blocks keep out of the page cache (see `run --stream-io`).
+    #[arg(long = "stream-io", value_name = "MODE")]
+    stream_io: Option<String>,
     /// Print the results as one JSON object (schema: see `memwall::bench`).
     #[arg(long)]
     json: bool,
@@ -225,11 +233,24 @@ pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         reps: a.reps,
         threads: a.threads,
         probe: !a.no_probe,
-        probe_bytes: a.probe_mib.saturating_mul(1 << 20),
+        probe_bytes: match a.probe_mib {
+            Some(m) => m.saturating_mul(1 << 20),
+            None => bench::bandwidth::default_probe_bytes(),
+        },
         f32_activations: a.f32_activations,
         no_repack: a.no_repack,
         cache_type_k: a.cache.k,
         cache_type_v: a.cache.v,
+        mem_budget: a
+            .mem_budget
+            .as_deref()
+            .map(memwall::plan::parse_size)
+            .transpose()?,
+        stream_io: a
+            .stream_io
+            .as_deref()
+            .map(memwall::memory::IoMode::parse)
+            .transpose()?,
         ..Default::default()
     };
     if a.bandwidth {
