@@ -25,6 +25,7 @@ WGPU_BACKEND=gl cargo test --profile ci --test ctx_shift -- gpu_shift gpu_decodi
 WGPU_BACKEND=gl cargo test --profile ci --test failover device_lost_mid
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_startup -- a_failing_variant the_pipeline_cache
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kv_types -- gpu_store gpu_read_write
+WGPU_BACKEND=gl cargo test --profile ci --test mem_budget gpu_
 # The whole model on GL: the greedy agreement with llama.cpp (the other end-to-end GPU checks
 # run on the default adapter above; each pass over the 8 prompts costs minutes on llvmpipe).
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_forward gpu_greedy

@@ -185,3 +185,57 @@ fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
         other => panic!("expected a budget error, got {other:?}"),
     }
 }
+
+/// On the GPU (lavapipe in CI; no adapter is a failure), blocks without resident weights are
+/// read through the same storage reader into the stream ring: the logits equal the resident
+/// model's, and the reader counts the reads.
+#[test]
+fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
+    use memwall::gpu::{DeviceSelector, GpuLoadOptions};
+    use memwall::scheduler::{Device, Placement};
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gpu = DeviceChoice::Gpu(DeviceSelector::Auto);
+    let load_gpu = |o: LoadOptions| match Model::load(common::model_path(), &o) {
+        Ok(m) => Arc::new(m),
+        Err(e) => panic!("cannot load on a GPU ({e}); an adapter (lavapipe) is required"),
+    };
+    let all = load_gpu(LoadOptions {
+        device: gpu.clone(),
+        ..Default::default()
+    });
+    let n_layer = all.config().n_layer;
+    let want = logits(&all);
+    drop(all);
+    // Two of 30 blocks resident; the others stream.
+    let mut resident = Placement::all(Device::Gpu, n_layer);
+    for (l, d) in resident.layers.iter_mut().enumerate() {
+        if l % 15 != 0 {
+            *d = Device::Cpu;
+        }
+    }
+    let streamed = load_gpu(LoadOptions {
+        device: gpu,
+        gpu: GpuLoadOptions {
+            resident: Some(resident),
+            ..Default::default()
+        },
+        ..Default::default()
+    });
+    let mut s = streamed.session(256).unwrap();
+    let got = {
+        let prompt: Vec<u32> = (0..150).map(|i| 100 + (i * 37) % 4000).collect();
+        s.eval(&prompt, Logits::All).unwrap()
+    };
+    assert_eq!(got.len(), want[0].len());
+    let diff = got
+        .iter()
+        .zip(&want[0])
+        .position(|(a, b)| a.to_bits() != b.to_bits());
+    assert!(diff.is_none(), "streamed GPU logits differ at {diff:?}");
+    let st = s
+        .exec()
+        .stream_stats()
+        .expect("the GPU streams through the reader");
+    // Three prefill batches, 28 streamed blocks each.
+    assert!(st.blocks_read >= 3 * 28, "{st:?}");
+}

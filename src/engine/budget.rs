@@ -12,7 +12,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::kv_type::KvTypes;
 use crate::memory::{BlockSpan, Costs, IoMode, LayerReader, LimitSource, Residency};
-use crate::scheduler::exec::CpuStream;
+use crate::scheduler::exec::BlockStream;
 
 /// Tokens per forward batch in prefill when blocks stream: each streamed block is read once
 /// per batch, so the batch is as large as the scratch it needs is worth (at 7B widths, 256
@@ -165,10 +165,6 @@ pub(super) fn decide(
             (residency, spans, batch) = (r, s, STREAM_BATCH);
         }
     }
-    let streamed: Vec<BlockSpan> = spans
-        .into_iter()
-        .filter(|s| !residency.resident[s.layer])
-        .collect();
     Ok(Some((
         MemoryReport {
             limit_bytes,
@@ -178,11 +174,11 @@ pub(super) fn decide(
             prefill_batch: batch,
             io_mode: None,
         },
-        streamed,
+        spans,
     )))
 }
 
-/// Starts the reader of the streamed blocks, after dropping from the page cache what the load
+/// Starts the reader of the streamed blocks (`spans`: every block's), after dropping from the page cache what the load
 /// read through the map (weights now held packed, and the read-ahead around them), so nothing
 /// counts twice against the budget.
 pub(super) fn start_stream(
@@ -190,15 +186,32 @@ pub(super) fn start_stream(
     report: &mut MemoryReport,
     spans: Vec<BlockSpan>,
     mode: Option<IoMode>,
-) -> Result<CpuStream> {
+) -> Result<BlockStream> {
     g.drop_file_cache();
     let path = g.path().ok_or_else(|| {
         Error::InvalidArgument("streaming needs a model opened from a file".into())
     })?;
-    let reader = LayerReader::start(path, spans, report.residency.slots, mode)?;
+    let streamed: Vec<bool> = report.residency.resident.iter().map(|&r| !r).collect();
+    let order = (0..streamed.len()).filter(|&l| streamed[l]).collect();
+    let reader = LayerReader::start(path, spans, order, report.residency.slots, mode)?;
     report.io_mode = Some(reader.mode());
-    Ok(CpuStream {
-        streamed: report.residency.resident.iter().map(|&r| !r).collect(),
+    Ok(BlockStream {
+        streamed,
+        reader: Arc::new(Mutex::new(reader)),
+    })
+}
+
+/// The reader a GPU's stream ring loads its blocks through (`--stream`): every block's span
+/// known, the order set by the executor from the blocks each pass streams.
+pub(super) fn gpu_reader(g: &Gguf, cfg: &Config, mode: Option<IoMode>) -> Result<BlockStream> {
+    let path = g.path().ok_or_else(|| {
+        Error::InvalidArgument("streaming needs a model opened from a file".into())
+    })?;
+    let spans: Vec<BlockSpan> = (0..cfg.n_layer).filter_map(|l| block_span(g, l)).collect();
+    // Two host slots: the GPU ring copies a block out of its slot as soon as it has it.
+    let reader = LayerReader::start(path, spans, Vec::new(), 2, mode)?;
+    Ok(BlockStream {
+        streamed: vec![false; cfg.n_layer],
         reader: Arc::new(Mutex::new(reader)),
     })
 }

@@ -151,7 +151,7 @@ pub struct Model {
     /// The memory plan of a CPU model (budget, resident and streamed blocks).
     memory: Option<MemoryReport>,
     /// The CPU blocks that stream and the reader bringing them (shared by the sessions).
-    stream: Option<crate::scheduler::exec::CpuStream>,
+    stream: Option<crate::scheduler::exec::BlockStream>,
     /// Tokens per prefill batch.
     prefill_batch: usize,
 }
@@ -269,6 +269,20 @@ impl Model {
             let head_maps_table = config.tied_embeddings && !head;
             if !head_maps_table {
                 held.insert(WeightId::TokEmbd.tensor_name());
+            }
+            stream = Some(st);
+        }
+        if let (Some(g), None, true) = (&gpu, &stream, opts.stream || opts.gpu.resident.is_some()) {
+            // A GPU that streams blocks reads them through the storage reader; blocks it
+            // streams and no placement runs on the CPU are not paged in through the map.
+            let st = budget::gpu_reader(&gguf, &config, opts.stream_io)?;
+            for l in (0..config.n_layer).filter(|&l| !g.has_layer(l)) {
+                let on_cpu = |p: &Placement| p.layers.get(l) == Some(&Device::Cpu);
+                if !on_cpu(&placement.prefill) && !on_cpu(&placement.decode) {
+                    let prefix = format!("blk.{l}.");
+                    let names = gguf.tensors().iter().map(|t| &t.name);
+                    held.extend(names.filter(|n| n.starts_with(&prefix)).cloned());
+                }
             }
             stream = Some(st);
         }

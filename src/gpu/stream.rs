@@ -1,5 +1,6 @@
 //! Layer streaming: blocks placed on the GPU whose weights are not resident there are copied
-//! from the mmap into a ring of two slots of GPU buffers just before they run.
+//! into a ring of two slots of GPU buffers just before they run, from the model's storage
+//! reader (`memory::reader`: read ahead, out of the page cache) or, without one, the mmap.
 //!
 //! Each slot holds one block's matrices in the GPU layout (the same parts split as a resident
 //! copy would be). The executor loads block l into the slot the previous block is not using and
@@ -18,6 +19,7 @@ use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
 use crate::gpu::repack::repack;
 use crate::gpu::weights::{gpu_format, upload_split, GpuWeightMatrix};
+use crate::memory::LayerReader;
 
 /// Slots in the ring: the block running and the block being loaded.
 pub const RING_SLOTS: usize = 2;
@@ -52,6 +54,8 @@ struct Slot {
 /// The ring of slots and where it reads from.
 pub struct StreamRing {
     gguf: Arc<Gguf>,
+    /// The storage reader blocks come through (`None`: the mmap).
+    source: Option<Arc<std::sync::Mutex<LayerReader>>>,
     slots: Vec<Slot>,
     /// The slot loaded last (the next load goes to another one).
     last: usize,
@@ -85,6 +89,7 @@ impl StreamRing {
         }
         Ok(StreamRing {
             gguf,
+            source: None,
             slots,
             last: RING_SLOTS - 1,
             n_loads: 0,
@@ -92,6 +97,11 @@ impl StreamRing {
             load_ms: 0.0,
             bytes,
         })
+    }
+
+    /// Reads blocks through `source` from now on (`None`: from the mmap).
+    pub fn set_source(&mut self, source: Option<Arc<std::sync::Mutex<LayerReader>>>) {
+        self.source = source;
     }
 
     /// Whether block `l` is in a slot.
@@ -111,13 +121,32 @@ impl StreamRing {
         let i = (self.last + 1) % self.slots.len();
         let slot = &mut self.slots[i];
         slot.layer = None;
+        let read = match &self.source {
+            Some(r) => Some((
+                r,
+                r.lock()
+                    .map_err(|_| Error::Gpu("the stream reader was poisoned".into()))?
+                    .acquire(l)?,
+            )),
+            None => None,
+        };
+        let mut r: Result<u64> = Ok(0);
         for id in layer_matrices(l) {
-            let dst = slot
-                .mats
-                .get(&role(id))
-                .ok_or_else(|| Error::Gpu(format!("stream slot has no {}", id.tensor_name())))?;
-            self.bytes_loaded += write(ctx, &self.gguf, id, dst)?;
+            r = r.and_then(|n| {
+                let dst = slot.mats.get(&role(id)).ok_or_else(|| {
+                    Error::Gpu(format!("stream slot has no {}", id.tensor_name()))
+                })?;
+                let host = read.as_ref().map(|(_, s)| s);
+                Ok(n + write(ctx, &self.gguf, host, id, dst)?)
+            });
         }
+        if let Some((reader, s)) = read {
+            // The queue writes copied the bytes out: the host slot can be refilled.
+            if let Ok(mut g) = reader.lock() {
+                g.release(s);
+            }
+        }
+        self.bytes_loaded += r?;
         slot.layer = Some(l);
         self.last = i;
         self.n_loads += 1;
@@ -167,12 +196,24 @@ fn dims(t: &crate::gguf::TensorInfo) -> Result<(usize, usize)> {
     }
 }
 
-/// Repacks matrix `id` from the mmap into `dst`'s buffers (same shape and split); returns the
-/// bytes written.
-fn write(ctx: &GpuContext, g: &Gguf, id: WeightId, dst: &GpuWeightMatrix) -> Result<u64> {
+/// Repacks matrix `id` into `dst`'s buffers (same shape and split), from the reader's slot
+/// `host` when given, else the mmap; returns the bytes written.
+fn write(
+    ctx: &GpuContext,
+    g: &Gguf,
+    host: Option<&crate::memory::Slot>,
+    id: WeightId,
+    dst: &GpuWeightMatrix,
+) -> Result<u64> {
     let t = g.require_tensor(&id.tensor_name())?;
     let (cols, rows) = dims(t)?;
-    let (ty, bytes, _) = gpu_format(t.ty, &t.name, g.tensor_data(t), rows, cols)?;
+    let data = match host {
+        Some(s) => s
+            .bytes(t.file_offset, t.n_bytes as usize)
+            .ok_or_else(|| Error::Gpu(format!("{}: not in the block read from storage", t.name)))?,
+        None => g.tensor_data(t),
+    };
+    let (ty, bytes, _) = gpu_format(t.ty, &t.name, data, rows, cols)?;
     let shape_err = || Error::Gpu(format!("{}: does not fit its stream slot", t.name));
     if rows != dst.rows || cols != dst.cols {
         return Err(shape_err());

@@ -148,10 +148,24 @@ pub struct ReaderStats {
     pub skipped: u64,
 }
 
+/// The blocks the reader cycles through, shared with its thread.
+#[derive(Debug, Default)]
+struct Order {
+    /// Streamed blocks in pass order.
+    layers: Vec<usize>,
+    /// Bumped by every change: the thread starts the new cycle from its first block.
+    generation: u64,
+    /// The reader is being dropped.
+    closed: bool,
+}
+
+type SharedOrder = Arc<(std::sync::Mutex<Order>, std::sync::Condvar)>;
+
 /// The reader thread and the ring of slots between it and the compute side.
 pub struct LayerReader {
-    /// Streamed blocks in pass order.
+    /// Streamed blocks in pass order (the thread's copy is in `shared`).
     order: Vec<usize>,
+    shared: SharedOrder,
     ready: Receiver<std::io::Result<Slot>>,
     free: Option<Sender<Slot>>,
     thread: Option<JoinHandle<()>>,
@@ -272,13 +286,23 @@ fn read_block(f: &File, mode: IoMode, span: &BlockSpan, slot: &mut Slot) -> std:
     Ok(done as u64)
 }
 
+/// Whether `O_DIRECT` reads work on this file: some file systems (tmpfs, some overlay and
+/// network ones) refuse the open, others the first read.
+fn direct_works(f: &File) -> bool {
+    let mut buf = vec![0u8; 2 * DIRECT_ALIGN];
+    let start = buf.as_ptr().align_offset(DIRECT_ALIGN);
+    read_at(f, &mut buf[start..start + DIRECT_ALIGN], 0).is_ok()
+}
+
 impl LayerReader {
-    /// Starts the reader of `spans` (in pass order) from the file at `path`, with `depth` slots
-    /// each large enough for the largest block. `mode` `None` tries `O_DIRECT` first and falls
-    /// back to drop-behind where the file system refuses it.
+    /// Starts the reader of the file at `path`, which knows every block's span (`spans`) and
+    /// cycles through the blocks of `order` (pass order; it may be empty until
+    /// [`LayerReader::set_order`]), with `depth` slots each large enough for the largest
+    /// block. `mode` `None` uses `O_DIRECT` where the file system takes it, else drop-behind.
     pub fn start(
         path: &Path,
         spans: Vec<BlockSpan>,
+        order: Vec<usize>,
         depth: usize,
         mode: Option<IoMode>,
     ) -> Result<LayerReader> {
@@ -291,6 +315,11 @@ impl LayerReader {
                 "a stream reader needs at least one block and one slot".into(),
             ));
         }
+        if let Some(l) = order.iter().find(|&&l| !spans.iter().any(|s| s.layer == l)) {
+            return Err(Error::InvalidArgument(format!(
+                "block {l} has no span in the file"
+            )));
+        }
         let slot_bytes = spans
             .iter()
             .map(|s| aligned(s.offset, s.len).1)
@@ -300,66 +329,57 @@ impl LayerReader {
         for _ in 0..depth {
             slots.push(Slot::new(slot_bytes)?);
         }
-        // The mode is settled by one real read of the first block: O_DIRECT can open and then
-        // fail on its first read (tmpfs, some overlay and network file systems).
-        let (file, mode, first) = match mode {
-            Some(IoMode::DropBehind) => (File::open(path).map_err(io)?, IoMode::DropBehind, None),
-            m => {
-                let direct = open_direct(path).and_then(|f| {
-                    let mut s = slots
-                        .pop()
-                        .ok_or_else(|| std::io::Error::other("no slot"))?;
-                    let r = read_block(&f, IoMode::Direct, &spans[0], &mut s);
-                    match r {
-                        Ok(n) => Ok((f, s, n)),
-                        Err(e) => {
-                            slots.push(s);
-                            Err(e)
-                        }
-                    }
-                });
-                match (direct, m) {
-                    (Ok((f, s, n)), _) => (f, IoMode::Direct, Some((s, n))),
-                    (Err(e), Some(IoMode::Direct)) => {
-                        return Err(Error::Io {
-                            path: path.to_path_buf(),
-                            source: std::io::Error::new(
-                                e.kind(),
-                                format!("direct I/O refused: {e}"),
-                            ),
-                        })
-                    }
-                    (Err(e), _) => {
-                        log::info!("stream reader: O_DIRECT unavailable ({e}); drop-behind reads");
-                        (File::open(path).map_err(io)?, IoMode::DropBehind, None)
-                    }
-                }
+        let direct = match mode {
+            Some(IoMode::DropBehind) => None,
+            _ => open_direct(path).ok().filter(direct_works),
+        };
+        let (file, mode) = match (direct, mode) {
+            (Some(f), _) => (f, IoMode::Direct),
+            (None, Some(IoMode::Direct)) => {
+                return Err(io(std::io::Error::other(
+                    "the file system refuses direct I/O (O_DIRECT)",
+                )))
             }
+            (None, _) => (File::open(path).map_err(io)?, IoMode::DropBehind),
         };
         let counters = Arc::new(Counters::default());
         let (ready_tx, ready) = channel();
         let (free, free_rx) = channel::<Slot>();
-        let mut next = 0;
-        if let Some((s, n)) = first {
-            counters.bytes.fetch_add(n, Ordering::Relaxed);
-            counters.reads.fetch_add(1, Ordering::Relaxed);
-            let _ = ready_tx.send(Ok(s));
-            next = 1;
-        }
         for s in slots {
             let _ = free.send(s);
         }
-        let order: Vec<usize> = spans.iter().map(|s| s.layer).collect();
-        let c = counters.clone();
+        let shared: SharedOrder = Arc::default();
+        if let Ok(mut o) = shared.0.lock() {
+            o.layers = order.clone();
+        }
+        let (c, sh) = (counters.clone(), shared.clone());
         let thread = std::thread::Builder::new()
             .name("memwall-reader".into())
             .spawn(move || {
-                let mut i = next;
+                let (mut i, mut seen) = (0usize, 0u64);
                 while let Ok(mut slot) = free_rx.recv() {
-                    let span = &spans[i % spans.len()];
-                    i += 1;
+                    // The next block of the cycle, waiting while there is none.
+                    let span = {
+                        let Ok(mut o) = sh.0.lock() else { break };
+                        while o.layers.is_empty() && !o.closed {
+                            o = match sh.1.wait(o) {
+                                Ok(o) => o,
+                                Err(_) => return,
+                            };
+                        }
+                        if o.closed {
+                            break;
+                        }
+                        if o.generation != seen {
+                            (i, seen) = (0, o.generation);
+                        }
+                        let l = o.layers[i % o.layers.len()];
+                        i += 1;
+                        spans.iter().find(|s| s.layer == l).copied()
+                    };
+                    let Some(span) = span else { break };
                     let t = Instant::now();
-                    let r = read_block(&file, mode, span, &mut slot);
+                    let r = read_block(&file, mode, &span, &mut slot);
                     c.read_ns
                         .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
                     let r = r.map(|n| {
@@ -376,6 +396,7 @@ impl LayerReader {
             .map_err(io)?;
         Ok(LayerReader {
             order,
+            shared,
             ready,
             free: Some(free),
             thread: Some(thread),
@@ -385,6 +406,21 @@ impl LayerReader {
             slot_bytes,
             path: path.to_path_buf(),
         })
+    }
+
+    /// Makes the reader cycle through `order` from now on, starting from its first block (a
+    /// placement or residency change between passes). Blocks already read that the new cycle
+    /// does not ask for next are skipped when the compute side passes them.
+    pub fn set_order(&mut self, order: &[usize]) {
+        if order == self.order.as_slice() {
+            return;
+        }
+        self.order = order.to_vec();
+        if let Ok(mut o) = self.shared.0.lock() {
+            o.layers = order.to_vec();
+            o.generation += 1;
+        }
+        self.shared.1.notify_all();
     }
 
     /// The I/O mode the reader settled on.
@@ -484,7 +520,12 @@ impl LayerReader {
 
 impl Drop for LayerReader {
     fn drop(&mut self) {
-        // Without a sender of free slots the thread ends after its read in progress.
+        // Closed, and without a sender of free slots: the thread ends after its read in
+        // progress.
+        if let Ok(mut o) = self.shared.0.lock() {
+            o.closed = true;
+        }
+        self.shared.1.notify_all();
         self.free = None;
         while self.ready.try_recv().is_ok() {}
         if let Some(t) = self.thread.take() {
@@ -532,7 +573,8 @@ mod tests {
     fn blocks_come_in_pass_order_with_the_file_bytes_in_both_modes() {
         let (p, data) = file_of("order", 65_536);
         for mode in [None, Some(IoMode::DropBehind)] {
-            let mut r = LayerReader::start(&p, spans(), 2, mode).unwrap();
+            let order = spans().iter().map(|s| s.layer).collect();
+            let mut r = LayerReader::start(&p, spans(), order, 2, mode).unwrap();
             for _pass in 0..3 {
                 for s in spans() {
                     let slot = r.acquire(s.layer).unwrap();
@@ -553,7 +595,8 @@ mod tests {
     #[test]
     fn a_skipped_block_goes_back_and_unknown_blocks_are_refused() {
         let (p, data) = file_of("skip", 65_536);
-        let mut r = LayerReader::start(&p, spans(), 3, Some(IoMode::DropBehind)).unwrap();
+        let mut r =
+            LayerReader::start(&p, spans(), vec![1, 3, 4], 3, Some(IoMode::DropBehind)).unwrap();
         // A pass cut short after block 1: the next pass asks for block 1 again.
         let s = r.acquire(1).unwrap();
         r.release(s);
@@ -562,6 +605,22 @@ mod tests {
         r.release(s);
         assert!(r.stats().skipped >= 2);
         assert!(r.acquire(2).is_err());
+        // A new order: block 4 alone, then blocks 3 and 1.
+        r.set_order(&[4]);
+        for _ in 0..3 {
+            let s = r.acquire(4).unwrap();
+            assert_eq!(s.bytes(60_001, 5).unwrap(), &data[60_001..60_006]);
+            r.release(s);
+        }
+        r.set_order(&[3, 1]);
+        for l in [3, 1, 3, 1] {
+            let s = r.acquire(l).unwrap();
+            assert_eq!(s.layer(), l);
+            r.release(s);
+        }
+        // An empty order parks the thread; dropping the reader still ends it.
+        r.set_order(&[]);
+        drop(r);
         std::fs::remove_file(p).unwrap();
     }
 
@@ -574,8 +633,7 @@ mod tests {
             len: 4_000,
         }];
         for mode in [None, Some(IoMode::DropBehind)] {
-            match LayerReader::start(&p, bad.clone(), 2, mode) {
-                // Direct I/O found it on its trial read and fell back; the read fails again.
+            match LayerReader::start(&p, bad.clone(), vec![0], 2, mode) {
                 Ok(mut r) => {
                     let e = r.acquire(0).unwrap_err().to_string();
                     assert!(e.contains("ends at byte 12000"), "{e}");

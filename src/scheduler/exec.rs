@@ -115,14 +115,15 @@ pub struct Exec {
     /// Moves to the CPU after GPU failures (`failover`).
     fallbacks: Vec<Fallback>,
     /// CPU blocks whose weights stream from storage, and the reader bringing them.
-    cpu_stream: Option<CpuStream>,
+    cpu_stream: Option<BlockStream>,
     pub stats: ExecStats,
 }
 
-/// The CPU's streamed blocks: `streamed[l]` (`[n_layer]`) says block l's matrices are read
-/// from storage through `reader` each time it runs on the CPU (the model's one reader).
+/// The model's one storage reader, through which streamed blocks are read on both devices:
+/// `streamed[l]` (`[n_layer]`) says block l's matrices stream when it runs on the CPU; a GPU's
+/// stream ring loads the blocks it does not hold resident through the same reader.
 #[derive(Clone)]
-pub struct CpuStream {
+pub struct BlockStream {
     pub reader: Arc<std::sync::Mutex<crate::memory::LayerReader>>,
     pub streamed: Vec<bool>,
 }
@@ -306,8 +307,9 @@ impl Exec {
             .ok_or_else(|| Error::InvalidArgument("no GPU backend".into()))
     }
 
-    /// Streams the CPU's non-resident blocks through `stream` (before the first pass).
-    pub fn set_cpu_stream(&mut self, stream: CpuStream) -> Result<()> {
+    /// Reads streamed blocks through `stream`'s reader: the CPU's non-resident blocks, and the
+    /// GPU's (before the first pass).
+    pub fn set_cpu_stream(&mut self, stream: BlockStream) -> Result<()> {
         if stream.streamed.len() != self.cfg.n_layer {
             return Err(Error::InvalidArgument(format!(
                 "stream plan of {} blocks for a model of {}",
@@ -319,7 +321,8 @@ impl Exec {
             b.set_streamed(stream.streamed.clone());
         }
         self.cpu_stream = Some(stream);
-        Ok(())
+        // A GPU ring made already reads through the reader from now on.
+        self.enable_streaming_if_needed()
     }
 
     /// Whether block `l` streams when it runs on the CPU.
@@ -392,9 +395,39 @@ impl Exec {
         let need = self.streams(&self.placement.prefill) || self.streams(&self.placement.decode);
         if need {
             let gguf = self.gguf.clone();
+            let source = self.cpu_stream.as_ref().map(|s| s.reader.clone());
             if let Some((b, _)) = self.gpu.as_mut() {
-                b.enable_streaming(gguf)?;
+                b.enable_streaming(gguf, source)?;
             }
+        }
+        Ok(())
+    }
+
+    /// The blocks a pass with placement `p` reads from storage, in pass order: CPU blocks
+    /// that stream, and GPU blocks without resident weights.
+    fn streamed_order(&self, p: &Placement) -> Vec<usize> {
+        let Some(st) = &self.cpu_stream else {
+            return Vec::new();
+        };
+        let gpu_streams = |l: usize| {
+            self.gpu_model.as_ref().is_some_and(|g| {
+                !g.has_layer(l) && !self.own_resident.get(l).copied().unwrap_or(false)
+            })
+        };
+        (0..p.layers.len())
+            .filter(|&l| match p.layers[l] {
+                Device::Cpu => st.streamed.get(l) == Some(&true),
+                Device::Gpu => gpu_streams(l),
+            })
+            .collect()
+    }
+
+    /// Points the reader at the blocks a pass with placement `p` streams (a no-op while they
+    /// stay the same).
+    pub(crate) fn order_reads(&mut self, p: &Placement) -> Result<()> {
+        let order = self.streamed_order(p);
+        if let Some(st) = &self.cpu_stream {
+            lock(&st.reader)?.set_order(&order);
         }
         Ok(())
     }

@@ -611,6 +611,9 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         }
         if let Some(m) = model.memory() {
             obj["memory"] = memory_json(m, session.exec().stream_stats(), t.decode_tps);
+        } else if let Some(s) = session.exec().stream_stats() {
+            // A GPU streaming its non-resident blocks through the storage reader.
+            obj["memory"] = serde_json::json!({ "storage": s });
         }
         if a.n_probs > 0 {
             obj["top_probs"] = gen

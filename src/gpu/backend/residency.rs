@@ -11,8 +11,14 @@ use crate::gpu::stream::StreamRing;
 
 impl GpuBackend {
     /// Lets blocks whose weights are not resident run here, streamed from `gguf` (the file the
-    /// model was loaded from) into a ring of two block-sized slots, made now.
-    pub fn enable_streaming(&mut self, gguf: Arc<Gguf>) -> Result<()> {
+    /// model was loaded from) into a ring of two block-sized slots, made now. With `source`,
+    /// blocks are read from storage through the model's reader (ahead of time, out of the page
+    /// cache); without it, from the mmap.
+    pub fn enable_streaming(
+        &mut self,
+        gguf: Arc<Gguf>,
+        source: Option<Arc<std::sync::Mutex<crate::memory::LayerReader>>>,
+    ) -> Result<()> {
         if self.stream.is_none() {
             let m = Arc::clone(&self.m);
             let ring = m.ctx.scoped("layer streaming slots", || {
@@ -20,6 +26,9 @@ impl GpuBackend {
             })?;
             self.allocated += ring.bytes;
             self.stream = Some(ring);
+        }
+        if let Some(ring) = self.stream.as_mut() {
+            ring.set_source(source);
         }
         Ok(())
     }

@@ -69,6 +69,7 @@ impl Exec {
         self.timed = measure;
         let p = self.placement.get(phase).clone();
         self.migrate(&p, pos0)?;
+        self.order_reads(&p)?;
         self.pending = None;
         self.use_stamps = measure && p.uses(Device::Gpu) && self.gpu_side()?.0.has_timestamps();
         self.marks.clear();
