@@ -78,12 +78,13 @@ fn cli_35b_table_by_hand() {
     assert!(text.contains("17.50 GB"), "{text}");
     assert!(text.contains(&format!("KV cache {KV_35B} B")), "{text}");
     assert!(text.contains(&format!("weights {WEIGHTS_35B} B")), "{text}");
-    // 17.5 GB + 8.6 GB + scratch > 24 GiB = 25.77 GB; the KV cache alone fits, so the file
-    // pages would be paged.
+    // 17.5 GB + 8.6 GB + scratch > 24 GiB = 25.77 GB; the KV cache alone fits, so blocks
+    // that do not fit beside it stream from storage.
     assert!(
-        text.contains("verdict: runs with weights paged from storage"),
+        text.contains("verdict: runs with blocks streamed from storage"),
         "{text}"
     );
+    assert!(text.contains("stream from storage:"), "{text}");
 }
 
 #[test]

@@ -59,6 +59,33 @@ pub struct PlanReport {
     pub fits: bool,
     /// "fits", "runs with weights paged from storage" or "does not fit".
     pub verdict: String,
+    /// Without a GPU budget: the CPU path's residency under a memory budget of `ram` (what
+    /// `run --mem-budget` would keep resident and stream), or why none works.
+    pub cpu_stream: Option<Result<crate::memory::Residency, String>>,
+}
+
+/// What the process holds before a model loads (binary, threads, tokenizer), as a plan
+/// without the process counts it; `run` measures it instead (`VmRSS` at load).
+pub const RUNTIME_ESTIMATE: u64 = 48 << 20;
+
+/// The CPU residency a budget of `budget` bytes gives `m` (see `memory::residency`).
+fn cpu_stream(m: &MemoryModel, budget: u64) -> Result<crate::memory::Residency, String> {
+    let n = m.n_layer;
+    let pick = |packed: u64, file: u64| if packed > 0 { packed } else { file };
+    let head_file = if m.tied_embeddings {
+        m.embed_bytes
+    } else {
+        m.head_bytes
+    };
+    let costs = crate::memory::Costs {
+        fixed: RUNTIME_ESTIMATE + m.kv_total() + m.cpu_scratch_bytes,
+        head: pick(m.cpu_packed_head_bytes, head_file),
+        resident: (0..n)
+            .map(|l| pick(m.cpu_packed_layer_bytes[l], m.layer_weight_bytes[l]))
+            .collect(),
+        read: m.layer_weight_bytes.clone(),
+    };
+    crate::memory::plan(&costs, budget, 0.1).map_err(|e| e.to_string())
 }
 
 /// The plan for `m` on a machine with `ram` bytes of RAM and, when given, a GPU with
@@ -101,8 +128,11 @@ pub fn plan(m: &MemoryModel, ram: u64, gpu_budget: Option<u64>) -> PlanReport {
         cpu.weights
     };
     let fits = ram_fits && gpu_fits != Some(false);
+    let stream = gpu_budget.is_none().then(|| cpu_stream(m, ram));
     let verdict = if fits {
         "fits"
+    } else if matches!(&stream, Some(Ok(r)) if r.streams()) {
+        "runs with blocks streamed from storage"
     } else if anonymous_fits && gpu_fits != Some(false) {
         "runs with weights paged from storage"
     } else {
@@ -134,6 +164,7 @@ pub fn plan(m: &MemoryModel, ram: u64, gpu_budget: Option<u64>) -> PlanReport {
         streamed_bytes_per_token: streamed_bytes,
         fits,
         verdict: verdict.to_string(),
+        cpu_stream: stream,
     }
 }
 
@@ -188,7 +219,7 @@ impl fmt::Display for PlanReport {
             )?;
         }
         writeln!(f)?;
-        if self.storage_stream_bytes > 0 && self.anonymous_fits {
+        if self.storage_stream_bytes > 0 && self.anonymous_fits && self.cpu_stream.is_none() {
             writeln!(
                 f,
                 "  {} of weights per token would be re-read from storage (mmap paging)",
@@ -213,8 +244,31 @@ impl fmt::Display for PlanReport {
             self.crossings,
             if self.crossings == 1 { "" } else { "s" }
         )?;
+        match (&self.cpu_stream, self.gpu_budget_bytes) {
+            (Some(Ok(r)), _) if r.streams() => {
+                let k = r.resident.iter().filter(|&&x| x).count();
+                writeln!(
+                    f,
+                    "memory budget {} (run --mem-budget): {k} of {} blocks resident ({}), {} \
+                     stream from storage: {} per token through {} slots of {}; at least {}",
+                    format_size(r.budget),
+                    self.n_layer,
+                    format_size(r.resident_bytes),
+                    self.n_layer - k,
+                    format_size(r.streamed_bytes),
+                    r.slots,
+                    format_size(r.slot_bytes),
+                    format_size(r.minimum)
+                )?;
+            }
+            (Some(Err(e)), _) => writeln!(f, "memory budget (run --mem-budget): {e}")?,
+            _ => {}
+        }
         match self.gpu_budget_bytes {
-            None => writeln!(f, "streaming: none (no GPU budget: every stage on the CPU)"),
+            None => writeln!(
+                f,
+                "GPU streaming: none (no GPU budget: every stage on the CPU)"
+            ),
             Some(_) if self.streamed_layers == 0 => writeln!(
                 f,
                 "streaming: none ({} of {} blocks resident on the GPU)",
