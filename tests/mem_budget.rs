@@ -104,12 +104,16 @@ fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
 }
 
 fn memwall(args: &[&str]) -> std::process::Output {
+    memwall_on("cpu", args)
+}
+
+fn memwall_on(device: &str, args: &[&str]) -> std::process::Output {
     let model = common::model_path();
     Command::new(env!("CARGO_BIN_EXE_memwall"))
         .arg("run")
         .arg("-m")
         .arg(&model)
-        .args(["-d", "cpu", "-c", "256", "--temp", "0", "--json"])
+        .args(["-d", device, "-c", "256", "--temp", "0", "--json"])
         .args(args)
         .output()
         .unwrap()
@@ -238,4 +242,37 @@ fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
         .expect("the GPU streams through the reader");
     // Three prefill batches, 28 streamed blocks each.
     assert!(st.blocks_read >= 3 * 28, "{st:?}");
+}
+
+/// On a unified-memory GPU (lavapipe allocates its buffers from the process's RAM), the budget
+/// covers the GPU's buffers too: under a budget below what the all-resident run holds, blocks
+/// stream through the ring, the ids are the resident run's, and the measured peak stays within
+/// the budget.
+#[test]
+fn a_unified_memory_gpu_streams_within_the_budget() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let args = ["-p", "The capital of France is", "-n", "12"];
+    let all = memwall_on("gpu", &args);
+    assert!(
+        all.status.success(),
+        "a GPU adapter (lavapipe) is required: {}",
+        String::from_utf8_lossy(&all.stderr)
+    );
+    let all = json_of(&all);
+    // Lavapipe's all-resident run peaks at ~370 MB (instance, JIT-compiled kernels, 92 MB of
+    // weights); 300 MiB leaves room for a few blocks.
+    let budget = 300u64 << 20;
+    let out = memwall_on("gpu", &[&args[..], &["--mem-budget", "300M"]].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = json_of(&out);
+    assert_eq!(j["generated_ids"], all["generated_ids"]);
+    let m = &j["memory"];
+    assert_eq!(m["budget_bytes"].as_u64(), Some(budget));
+    assert!(m["storage"]["blocks_read"].as_u64().unwrap() > 0, "{m}");
+    let peak = m["peak_bytes"].as_u64().unwrap();
+    assert!(peak <= budget, "peak {peak} over the budget {budget}: {m}");
 }

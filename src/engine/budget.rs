@@ -41,7 +41,7 @@ pub struct MemoryReport {
 }
 
 /// The byte range of block `l`'s tensors in the file.
-fn block_span(g: &Gguf, l: usize) -> Option<BlockSpan> {
+pub(super) fn block_span(g: &Gguf, l: usize) -> Option<BlockSpan> {
     let prefix = format!("blk.{l}.");
     let ts = g.tensors().iter().filter(|t| t.name.starts_with(&prefix));
     let (mut lo, mut hi) = (u64::MAX, 0u64);

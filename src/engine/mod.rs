@@ -154,6 +154,8 @@ pub struct Model {
     stream: Option<crate::scheduler::exec::BlockStream>,
     /// Tokens per prefill batch.
     prefill_batch: usize,
+    /// `--mem-budget`, as given.
+    mem_budget: Option<u64>,
 }
 
 impl std::fmt::Debug for Model {
@@ -220,12 +222,8 @@ impl Model {
         // --gpu-mem-budget).
         let mut memory = match &gpu {
             None => budget::decide(&gguf, &config, opts, kv_types, pack)?,
-            Some(_) if opts.mem_budget.is_some() => {
-                return Err(Error::InvalidArgument(
-                    "--mem-budget plans the CPU path; with a GPU device give --gpu-mem-budget"
-                        .into(),
-                ))
-            }
+            // A GPU model was planned by `open_gpu` (a unified-memory GPU's buffers within
+            // the budget, `open::unified_options`).
             Some(_) => None,
         };
         let streams = memory.as_ref().is_some_and(|(m, _)| m.residency.streams());
@@ -272,7 +270,33 @@ impl Model {
             }
             stream = Some(st);
         }
-        if let (Some(g), None, true) = (&gpu, &stream, opts.stream || opts.gpu.resident.is_some()) {
+        let gpu_streams = gpu.as_ref().is_some_and(|g| {
+            let on_gpu = |l: usize| {
+                placement.prefill.layers.get(l) == Some(&Device::Gpu)
+                    || placement.decode.layers.get(l) == Some(&Device::Gpu)
+            };
+            (0..config.n_layer).any(|l| on_gpu(l) && !g.has_layer(l))
+        });
+        if let (Some(g), Some(_)) = (&gpu, opts.mem_budget) {
+            // Under a budget, blocks the GPU holds and no placement runs on the CPU are not
+            // also held as mapped file pages (the upload read them) or page cache.
+            for l in (0..config.n_layer).filter(|&l| g.has_layer(l)) {
+                let on_cpu = |p: &Placement| p.layers.get(l) == Some(&Device::Cpu);
+                if !on_cpu(&placement.prefill) && !on_cpu(&placement.decode) {
+                    let prefix = format!("blk.{l}.");
+                    for t in gguf
+                        .tensors()
+                        .iter()
+                        .filter(|t| t.name.starts_with(&prefix))
+                    {
+                        gguf.release_pages(t);
+                        held.insert(t.name.clone());
+                    }
+                }
+            }
+            gguf.drop_file_cache();
+        }
+        if let (Some(g), None, true) = (&gpu, &stream, gpu_streams) {
             // A GPU that streams blocks reads them through the storage reader; blocks it
             // streams and no placement runs on the CPU are not paged in through the map.
             let st = budget::gpu_reader(&gguf, &config, opts.stream_io)?;
@@ -292,6 +316,7 @@ impl Model {
             .map_or(PREFILL_BATCH, |(m, _)| m.prefill_batch);
         let memory = memory.map(|(m, _)| m);
         Ok(Model {
+            mem_budget: opts.mem_budget,
             memory,
             stream,
             prefill_batch,
@@ -317,6 +342,11 @@ impl Model {
     /// blocks, the stream ring (`None` with a GPU, or where no limit could be read).
     pub fn memory(&self) -> Option<&MemoryReport> {
         self.memory.as_ref()
+    }
+
+    /// The memory budget the load was given (`LoadOptions::mem_budget`), if any.
+    pub fn mem_budget(&self) -> Option<u64> {
+        self.mem_budget
     }
 
     /// Tokens per prefill batch (larger when blocks stream: each is read once per batch).

@@ -75,6 +75,69 @@ pub(super) fn initial_placement(
     Ok((run, opts.gpu.resident.clone().unwrap_or(resident)))
 }
 
+/// Whether a GPU of this type allocates from the same RAM as the CPU (phones, integrated
+/// GPUs, CPU adapters such as lavapipe): its buffers count against the process's memory.
+pub(super) fn unified_memory(device_type: &str) -> bool {
+    matches!(device_type, "IntegratedGpu" | "Cpu")
+}
+
+/// Memory a GPU process holds besides the model's GPU buffers that the GPU plan cannot see:
+/// the driver's shader compiles at the first dispatches (llvmpipe JIT-compiles each kernel
+/// variant lazily, ~100 MB measured on lavapipe) and allocator slack.
+const GPU_HOST_OVERHEAD: u64 = 128 << 20;
+
+/// With `--mem-budget` on a unified-memory GPU: the options the GPU plan runs with. The GPU
+/// budget is what the budget leaves after what the process holds now (the instance, the
+/// tokenizer), the storage reader's two host slots and the driver's overhead; blocks that do
+/// not fit stream through the ring (`stream`). `None` without a budget, or on a discrete GPU
+/// (its memory is its own; the host holds only the reader's slots).
+fn unified_options(
+    gguf: &Gguf,
+    cfg: &Config,
+    opts: &LoadOptions,
+    device_type: &str,
+) -> Result<Option<LoadOptions>> {
+    let Some(budget) = opts.mem_budget else {
+        return Ok(None);
+    };
+    if !unified_memory(device_type) {
+        return Ok(None);
+    }
+    if opts.gpu_mem_budget.is_some() || opts.gpu_layers.is_some() {
+        return Err(Error::InvalidArgument(
+            "--mem-budget plans a unified-memory GPU itself; leave out --gpu-mem-budget and \
+             --gpu-layers"
+                .into(),
+        ));
+    }
+    let slot = (0..cfg.n_layer)
+        .filter_map(|l| super::budget::block_span(gguf, l))
+        .map(|s| s.len)
+        .max()
+        .unwrap_or(0);
+    let held = crate::memory::limit::resident_now().unwrap_or(0);
+    let host = held + 2 * slot + GPU_HOST_OVERHEAD;
+    let gpu = budget
+        .checked_sub(host)
+        .filter(|&g| g > 0)
+        .ok_or_else(|| Error::MemoryBudget {
+            budget,
+            minimum: host,
+            detail: format!(
+                "a unified-memory GPU: {} held by the process, 2 stream slots of {}, {} for the \
+                 driver, before any GPU buffer",
+                crate::plan::format_size(held),
+                crate::plan::format_size(slot),
+                crate::plan::format_size(GPU_HOST_OVERHEAD)
+            ),
+        })?;
+    Ok(Some(LoadOptions {
+        gpu_mem_budget: Some(gpu),
+        stream: true,
+        ..opts.clone()
+    }))
+}
+
 pub(super) type Opened = (
     Option<Arc<GpuModel>>,
     Option<String>,
@@ -90,8 +153,10 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
     let all_cpu = || PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
     type Loaded = (Arc<GpuModel>, PhasePlacement, Option<Fallback>);
     let load = |sel: &DeviceSelector| -> Result<Loaded> {
-        let (placement, resident) = initial_placement(gguf, cfg, opts)?;
         let mut ctx = GpuContext::new(sel)?;
+        let unified = unified_options(gguf, cfg, opts, &ctx.info.device_type)?;
+        let opts = unified.as_ref().unwrap_or(opts);
+        let (placement, resident) = initial_placement(gguf, cfg, opts)?;
         // Test hooks cover the whole start, the selftest included.
         if let Some(f) = &opts.gpu.faults {
             ctx.set_faults(f.clone());

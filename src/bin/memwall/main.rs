@@ -611,9 +611,17 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         }
         if let Some(m) = model.memory() {
             obj["memory"] = memory_json(m, session.exec().stream_stats(), t.decode_tps);
-        } else if let Some(s) = session.exec().stream_stats() {
+        } else if model.mem_budget().is_some() || session.exec().stream_stats().is_some() {
+            let s = session.exec().stream_stats();
             // A GPU streaming its non-resident blocks through the storage reader.
-            obj["memory"] = serde_json::json!({ "storage": s });
+            let limit = memwall::memory::detect_limit();
+            let peak = memwall::memory::measured_peak(limit.as_ref());
+            obj["memory"] = serde_json::json!({
+                "budget_bytes": model.mem_budget(),
+                "storage": s,
+                "peak_bytes": peak.map(|p| p.bytes),
+                "peak_source": peak.map(|p| p.source),
+            });
         }
         if a.n_probs > 0 {
             obj["top_probs"] = gen
