@@ -166,10 +166,23 @@ pub struct Peak {
     pub source: &'static str,
 }
 
-/// The peak memory of this process: the cgroup's counter where the cgroup holding the limit
-/// contains only this process's work (`limit.cgroup` not the root), else `VmHWM`.
+/// Whether this process is the only one in the cgroup `dir` (its counters are then ours).
+fn alone_in(dir: &Path) -> bool {
+    let Ok(procs) = std::fs::read_to_string(dir.join("cgroup.procs")) else {
+        return false;
+    };
+    let me = std::process::id().to_string();
+    let mut pids = procs.lines().map(str::trim).filter(|l| !l.is_empty());
+    pids.next() == Some(me.as_str()) && pids.next().is_none()
+}
+
+/// The peak memory of this process: the counter of the cgroup holding the limit where this
+/// process is alone in it (as under `memcap.sh`), else `VmHWM`.
 pub fn measured_peak(limit: Option<&MemoryLimit>) -> Option<Peak> {
-    if let Some(dir) = limit.and_then(|l| l.cgroup.as_ref()) {
+    let own = limit
+        .and_then(|l| l.cgroup.as_ref())
+        .filter(|dir| alone_in(dir));
+    if let Some(dir) = own {
         let file = match limit.map(|l| l.source) {
             Some(LimitSource::CgroupV1) => "memory.max_usage_in_bytes",
             _ => "memory.peak",
@@ -274,6 +287,20 @@ mod tests {
         assert_eq!(budget_of(2 << 30), (2 << 30) - (128 << 20));
         assert_eq!(budget_of(256 << 20), (256 << 20) - (48 << 20));
         assert_eq!(budget_of(10 << 20), 0);
+    }
+
+    #[test]
+    fn a_cgroup_counts_as_ours_only_when_we_are_alone_in_it() {
+        let dir = std::env::temp_dir().join(format!("memwall-procs-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let me = std::process::id();
+        std::fs::write(dir.join("cgroup.procs"), format!("{me}\n")).unwrap();
+        assert!(alone_in(&dir));
+        std::fs::write(dir.join("cgroup.procs"), format!("{me}\n1\n")).unwrap();
+        assert!(!alone_in(&dir));
+        std::fs::write(dir.join("cgroup.procs"), "1\n").unwrap();
+        assert!(!alone_in(&dir));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
