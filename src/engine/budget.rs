@@ -96,11 +96,8 @@ fn costs(
     // as measured rather than estimated.
     let runtime = crate::memory::limit::resident_now().unwrap_or(64 << 20);
     let host = (batch * cfg.n_embd * 4) as u64;
-    let fixed = runtime
-        + cfg.n_layer as u64 * per_layer_kv
-        + crate::plan::cpu_scratch_bytes(cfg, batch)
-        + host
-        + vecs;
+    let kv = cfg.n_layer as u64 * per_layer_kv;
+    let fixed = runtime + kv + crate::plan::cpu_scratch_bytes(cfg, batch) + host + vecs;
     let head = held_bytes(g, if cfg.tied_embeddings { TokEmbd } else { Output }, pack)?;
     let mut resident = Vec::with_capacity(cfg.n_layer);
     let mut spans = Vec::with_capacity(cfg.n_layer);
@@ -119,6 +116,7 @@ fn costs(
     Ok((
         Costs {
             fixed,
+            kv,
             head,
             resident,
             read,

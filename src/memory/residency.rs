@@ -15,6 +15,8 @@ pub struct Costs {
     /// Memory that does not depend on residency: the runtime already held (binary, threads,
     /// tokenizer), the KV cache, activation scratch, the dequantized norms.
     pub fixed: u64,
+    /// The KV cache's part of `fixed` (named in a refusal: a smaller context needs less).
+    pub kv: u64,
     /// The output head held resident (packed or mapped).
     pub head: u64,
     /// Block `l` held resident (its packed size where it is packed, else its file bytes).
@@ -100,8 +102,10 @@ pub fn plan(c: &Costs, budget: u64, compute_per_read: f64) -> Result<Residency> 
             budget,
             minimum,
             detail: format!(
-                "{} of runtime, KV cache and scratch, {} of output head, 2 stream slots of {}",
-                crate::plan::format_size(c.fixed),
+                "{} of KV cache, {} of runtime and scratch, {} of output head, 2 stream slots \
+                 of {}; a smaller context or a quantized KV cache needs less",
+                crate::plan::format_size(c.kv),
+                crate::plan::format_size(c.fixed.saturating_sub(c.kv)),
                 crate::plan::format_size(c.head),
                 crate::plan::format_size(slot)
             ),
@@ -169,6 +173,7 @@ mod tests {
     fn costs(n: usize) -> Costs {
         Costs {
             fixed: 100,
+            kv: 40,
             head: 50,
             resident: vec![10; n],
             read: vec![12; n],

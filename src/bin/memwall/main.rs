@@ -649,6 +649,20 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             t.n_decoded,
             t.decode_tps
         );
+        if let (Some(m), Some(st)) = (model.memory(), session.exec().stream_stats()) {
+            let r = &m.residency;
+            let n_streamed = r.resident.iter().filter(|&&x| !x).count();
+            eprintln!(
+                "memory budget {}: {} of {} blocks streamed from storage, {} per token, read at \
+                 {:.2} GB/s ({} waits for storage)",
+                memwall::plan::format_size(m.budget_bytes),
+                n_streamed,
+                r.resident.len(),
+                memwall::plan::format_size(r.streamed_bytes),
+                st.read_gbps,
+                st.waits
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
