@@ -71,17 +71,37 @@ struct ModelArgs {
     /// measured stage times; 0 keeps the placement fixed.
     #[arg(long = "resample-every", value_name = "N", default_value_t = 0)]
     resample_every: usize,
-    /// Memory the model may hold on the CPU (anonymous memory, mapped weights, KV cache,
-    /// stream slots), e.g. 2G: blocks that do not fit stream from storage, read ahead of the
-    /// compute [default: the cgroup limit, else available memory, less a margin].
+    #[command(flatten)]
+    budget: BudgetArgs,
+    #[command(flatten)]
+    cache: CacheTypeArgs,
+}
+
+/// The memory budget and how streamed blocks are read.
+#[derive(Args, Clone)]
+struct BudgetArgs {
+    /// Memory the process may hold (anonymous memory, mapped weights, KV cache, stream slots;
+    /// a unified-memory GPU's buffers), e.g. 2G: blocks that do not fit stream from storage,
+    /// read ahead of the compute [default: the cgroup limit, else available memory, less a
+    /// margin].
     #[arg(long = "mem-budget", value_name = "SIZE")]
     mem_budget: Option<String>,
     /// How streamed blocks keep out of the page cache: direct (O_DIRECT) or drop-behind
     /// (buffered reads, dropped after use) [default: direct where the file system takes it].
     #[arg(long = "stream-io", value_name = "MODE")]
     stream_io: Option<String>,
-    #[command(flatten)]
-    cache: CacheTypeArgs,
+}
+
+impl BudgetArgs {
+    /// The budget in bytes and the I/O mode, parsed.
+    fn parse(&self) -> memwall::Result<(Option<u64>, Option<memwall::memory::IoMode>)> {
+        let budget = self.mem_budget.as_deref().map(memwall::plan::parse_size);
+        let io = self
+            .stream_io
+            .as_deref()
+            .map(memwall::memory::IoMode::parse);
+        Ok((budget.transpose()?, io.transpose()?))
+    }
 }
 
 /// KV cache element types, for keys and values separately.
@@ -268,6 +288,7 @@ fn main() -> ExitCode {
 /// GPU budget is planned for it).
 fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Model> {
     let path = args.path();
+    let (mem_budget, stream_io) = args.budget.parse()?;
     let opts = LoadOptions {
         threads: args.threads,
         device: memwall::engine::DeviceChoice::parse(&args.device)?,
@@ -280,16 +301,8 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
             .map(memwall::plan::parse_size)
             .transpose()?,
         stream: args.stream,
-        mem_budget: args
-            .mem_budget
-            .as_deref()
-            .map(memwall::plan::parse_size)
-            .transpose()?,
-        stream_io: args
-            .stream_io
-            .as_deref()
-            .map(memwall::memory::IoMode::parse)
-            .transpose()?,
+        mem_budget,
+        stream_io,
         resample_every: (args.resample_every > 0).then_some(args.resample_every),
         n_ctx,
         cache_type_k: args.cache.k,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::CacheTypeArgs;
+use super::{BudgetArgs, CacheTypeArgs};
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
@@ -49,12 +49,8 @@ pub(crate) struct BenchArgs {
     /// DRAM, not cache; within the memory limit]
     #[arg(long)]
     probe_mib: Option<u64>,
-    /// Memory the model may hold on the CPU (see `run --mem-budget`).
-    #[arg(long = "mem-budget", value_name = "SIZE")]
-    mem_budget: Option<String>,
-    /// How streamed blocks keep out of the page cache (see `run --stream-io`).
-    #[arg(long = "stream-io", value_name = "MODE")]
-    stream_io: Option<String>,
+    #[command(flatten)]
+    budget: BudgetArgs,
     /// Print the results as one JSON object (schema: see `memwall::bench`).
     #[arg(long)]
     json: bool,
@@ -227,6 +223,7 @@ pub(crate) fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
 pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
     use memwall::bench;
     let devices = bench::parse_devices(&a.device)?;
+    let (mem_budget, stream_io) = a.budget.parse()?;
     let opts = bench::BenchOptions {
         n_prompt: a.n_prompt,
         n_gen: a.n_gen,
@@ -241,16 +238,8 @@ pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
         no_repack: a.no_repack,
         cache_type_k: a.cache.k,
         cache_type_v: a.cache.v,
-        mem_budget: a
-            .mem_budget
-            .as_deref()
-            .map(memwall::plan::parse_size)
-            .transpose()?,
-        stream_io: a
-            .stream_io
-            .as_deref()
-            .map(memwall::memory::IoMode::parse)
-            .transpose()?,
+        mem_budget,
+        stream_io,
         ..Default::default()
     };
     if a.bandwidth {
