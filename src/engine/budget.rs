@@ -9,7 +9,7 @@ use crate::config::Config;
 use crate::cpu::{Isa, PackedWeight};
 use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
-use crate::gguf::Gguf;
+use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
 use crate::memory::{BlockSpan, Costs, IoMode, LayerReader, LimitSource, Residency};
 use crate::scheduler::exec::BlockStream;
@@ -38,12 +38,18 @@ pub struct MemoryReport {
     pub io_mode: Option<IoMode>,
 }
 
+/// The tensors of block `l` (`blk.l.*`).
+pub(super) fn block_tensors(g: &Gguf, l: usize) -> impl Iterator<Item = &TensorInfo> {
+    let prefix = format!("blk.{l}.");
+    g.tensors()
+        .iter()
+        .filter(move |t| t.name.starts_with(&prefix))
+}
+
 /// The byte range of block `l`'s tensors in the file.
 pub(super) fn block_span(g: &Gguf, l: usize) -> Option<BlockSpan> {
-    let prefix = format!("blk.{l}.");
-    let ts = g.tensors().iter().filter(|t| t.name.starts_with(&prefix));
     let (mut lo, mut hi) = (u64::MAX, 0u64);
-    for t in ts {
+    for t in block_tensors(g, l) {
         lo = lo.min(t.file_offset);
         hi = hi.max(t.file_offset + t.n_bytes);
     }
@@ -186,19 +192,21 @@ pub(super) fn decide(
     )))
 }
 
-/// Starts the reader of the streamed blocks (`spans`: every block's), after dropping from the page cache what the load
-/// read through the map (weights now held packed, and the read-ahead around them), so nothing
-/// counts twice against the budget.
+/// The file a reader streams from.
+fn file_of(g: &Gguf) -> Result<&std::path::Path> {
+    g.path()
+        .ok_or_else(|| Error::InvalidArgument("streaming needs a model opened from a file".into()))
+}
+
+/// Starts the reader of the streamed blocks (`spans`: every block's). The load dropped what
+/// it read through the map from the page cache (`PreparedWeights::build` with `drop_cache`).
 pub(super) fn start_stream(
     g: &Gguf,
     report: &mut MemoryReport,
     spans: Vec<BlockSpan>,
     mode: Option<IoMode>,
 ) -> Result<BlockStream> {
-    g.drop_file_cache();
-    let path = g.path().ok_or_else(|| {
-        Error::InvalidArgument("streaming needs a model opened from a file".into())
-    })?;
+    let path = file_of(g)?;
     let streamed: Vec<bool> = report.residency.resident.iter().map(|&r| !r).collect();
     let order = (0..streamed.len()).filter(|&l| streamed[l]).collect();
     let reader = LayerReader::start(path, spans, order, report.residency.slots, mode)?;
@@ -212,9 +220,7 @@ pub(super) fn start_stream(
 /// The reader a GPU's stream ring loads its blocks through (`--stream`): every block's span
 /// known, the order set by the executor from the blocks each pass streams.
 pub(super) fn gpu_reader(g: &Gguf, cfg: &Config, mode: Option<IoMode>) -> Result<BlockStream> {
-    let path = g.path().ok_or_else(|| {
-        Error::InvalidArgument("streaming needs a model opened from a file".into())
-    })?;
+    let path = file_of(g)?;
     let spans: Vec<BlockSpan> = (0..cfg.n_layer).filter_map(|l| block_span(g, l)).collect();
     // Two host slots: the GPU ring copies a block out of its slot as soon as it has it.
     let reader = LayerReader::start(path, spans, Vec::new(), 2, mode)?;

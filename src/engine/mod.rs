@@ -100,9 +100,10 @@ pub struct LoadOptions {
     pub cache_type_v: Option<KvType>,
     /// The start-up selftest of a GPU (cache directory, test hooks, known-bad entries).
     pub health: crate::gpu::HealthOptions,
-    /// `--mem-budget`: the memory the model may hold on the CPU (anonymous memory, the file
-    /// pages it keeps mapped, the KV cache, the stream slots). Blocks that do not fit stream
-    /// from storage. `None`: the process's cgroup limit, else `MemAvailable`, less a margin.
+    /// `--mem-budget`: the memory the process may hold (anonymous memory, the file pages it
+    /// keeps mapped, the KV cache, the stream slots; a unified-memory GPU's buffers). Blocks
+    /// that do not fit stream from storage. `None`: the process's cgroup limit, else
+    /// `MemAvailable`, less a margin.
     pub mem_budget: Option<u64>,
     /// How streamed reads keep out of the page cache (`None`: `O_DIRECT` where the file
     /// system takes it, else drop-behind).
@@ -218,12 +219,10 @@ impl Model {
         };
         let pool = Arc::new(pool);
         let pack = !(opts.no_repack || opts.stream || opts.f32_activations);
-        // The CPU's memory plan: every stage on the CPU (a GPU model plans with
-        // --gpu-mem-budget).
+        // The CPU's memory plan when every stage runs on the CPU; a GPU model was planned by
+        // `open_gpu` (`--gpu-mem-budget`, or a unified-memory GPU within `--mem-budget`).
         let mut memory = match &gpu {
             None => budget::decide(&gguf, &config, opts, kv_types, pack)?,
-            // A GPU model was planned by `open_gpu` (a unified-memory GPU's buffers within
-            // the budget, `open::unified_options`).
             Some(_) => None,
         };
         let streams = memory.as_ref().is_some_and(|(m, _)| m.residency.streams());
@@ -257,12 +256,8 @@ impl Model {
             let st = budget::start_stream(&gguf, report, spans, opts.stream_io)?;
             // Streamed blocks are read by the reader only; the embedding table stays on
             // storage (a token reads one row) unless it is the head and was not packed.
-            for (l, &s) in st.streamed.iter().enumerate() {
-                if s {
-                    let prefix = format!("blk.{l}.");
-                    let names = gguf.tensors().iter().map(|t| &t.name);
-                    held.extend(names.filter(|n| n.starts_with(&prefix)).cloned());
-                }
+            for l in (0..config.n_layer).filter(|&l| st.streamed[l]) {
+                held.extend(budget::block_tensors(&gguf, l).map(|t| t.name.clone()));
             }
             let head_maps_table = config.tied_embeddings && !head;
             if !head_maps_table {
@@ -270,28 +265,22 @@ impl Model {
             }
             stream = Some(st);
         }
+        // Whether either phase's placement runs block l on device d.
+        let runs_on = |l: usize, d: Device| {
+            placement.prefill.layers.get(l) == Some(&d)
+                || placement.decode.layers.get(l) == Some(&d)
+        };
+        let on_cpu = |l: usize| runs_on(l, Device::Cpu);
         let gpu_streams = gpu.as_ref().is_some_and(|g| {
-            let on_gpu = |l: usize| {
-                placement.prefill.layers.get(l) == Some(&Device::Gpu)
-                    || placement.decode.layers.get(l) == Some(&Device::Gpu)
-            };
-            (0..config.n_layer).any(|l| on_gpu(l) && !g.has_layer(l))
+            (0..config.n_layer).any(|l| runs_on(l, Device::Gpu) && !g.has_layer(l))
         });
         if let (Some(g), Some(_)) = (&gpu, opts.mem_budget) {
             // Under a budget, blocks the GPU holds and no placement runs on the CPU are not
             // also held as mapped file pages (the upload read them) or page cache.
-            for l in (0..config.n_layer).filter(|&l| g.has_layer(l)) {
-                let on_cpu = |p: &Placement| p.layers.get(l) == Some(&Device::Cpu);
-                if !on_cpu(&placement.prefill) && !on_cpu(&placement.decode) {
-                    let prefix = format!("blk.{l}.");
-                    for t in gguf
-                        .tensors()
-                        .iter()
-                        .filter(|t| t.name.starts_with(&prefix))
-                    {
-                        gguf.release_pages(t);
-                        held.insert(t.name.clone());
-                    }
+            for l in (0..config.n_layer).filter(|&l| g.has_layer(l) && !on_cpu(l)) {
+                for t in budget::block_tensors(&gguf, l) {
+                    gguf.release_pages(t);
+                    held.insert(t.name.clone());
                 }
             }
             gguf.drop_file_cache();
@@ -300,13 +289,8 @@ impl Model {
             // A GPU that streams blocks reads them through the storage reader; blocks it
             // streams and no placement runs on the CPU are not paged in through the map.
             let st = budget::gpu_reader(&gguf, &config, opts.stream_io)?;
-            for l in (0..config.n_layer).filter(|&l| !g.has_layer(l)) {
-                let on_cpu = |p: &Placement| p.layers.get(l) == Some(&Device::Cpu);
-                if !on_cpu(&placement.prefill) && !on_cpu(&placement.decode) {
-                    let prefix = format!("blk.{l}.");
-                    let names = gguf.tensors().iter().map(|t| &t.name);
-                    held.extend(names.filter(|n| n.starts_with(&prefix)).cloned());
-                }
+            for l in (0..config.n_layer).filter(|&l| !g.has_layer(l) && !on_cpu(l)) {
+                held.extend(budget::block_tensors(&gguf, l).map(|t| t.name.clone()));
             }
             stream = Some(st);
         }

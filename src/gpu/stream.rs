@@ -19,7 +19,8 @@ use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
 use crate::gpu::repack::repack;
 use crate::gpu::weights::{gpu_format, upload_split, GpuWeightMatrix};
-use crate::memory::LayerReader;
+use crate::memory::reader::lock;
+use crate::memory::SharedReader;
 
 /// Slots in the ring: the block running and the block being loaded.
 pub const RING_SLOTS: usize = 2;
@@ -55,7 +56,7 @@ struct Slot {
 pub struct StreamRing {
     gguf: Arc<Gguf>,
     /// The storage reader blocks come through (`None`: the mmap).
-    source: Option<Arc<std::sync::Mutex<LayerReader>>>,
+    source: Option<SharedReader>,
     slots: Vec<Slot>,
     /// The slot loaded last (the next load goes to another one).
     last: usize,
@@ -100,7 +101,7 @@ impl StreamRing {
     }
 
     /// Reads blocks through `source` from now on (`None`: from the mmap).
-    pub fn set_source(&mut self, source: Option<Arc<std::sync::Mutex<LayerReader>>>) {
+    pub fn set_source(&mut self, source: Option<SharedReader>) {
         self.source = source;
     }
 
@@ -122,12 +123,7 @@ impl StreamRing {
         let slot = &mut self.slots[i];
         slot.layer = None;
         let read = match &self.source {
-            Some(r) => Some((
-                r,
-                r.lock()
-                    .map_err(|_| Error::Gpu("the stream reader was poisoned".into()))?
-                    .acquire(l)?,
-            )),
+            Some(r) => Some((r, lock(r)?.acquire(l)?)),
             None => None,
         };
         let mut r: Result<u64> = Ok(0);
@@ -142,9 +138,7 @@ impl StreamRing {
         }
         if let Some((reader, s)) = read {
             // The queue writes copied the bytes out: the host slot can be refilled.
-            if let Ok(mut g) = reader.lock() {
-                g.release(s);
-            }
+            lock(reader)?.release(s);
         }
         self.bytes_loaded += r?;
         slot.layer = Some(l);

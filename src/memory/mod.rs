@@ -10,5 +10,5 @@ pub mod reader;
 pub mod residency;
 
 pub use limit::{budget_of, detect_limit, measured_peak, LimitSource, MemoryLimit, Peak};
-pub use reader::{BlockSpan, IoMode, LayerReader, ReaderStats, Slot};
+pub use reader::{BlockSpan, IoMode, LayerReader, ReaderStats, SharedReader, Slot};
 pub use residency::{plan, Costs, Residency};

@@ -186,6 +186,15 @@ impl std::fmt::Debug for LayerReader {
     }
 }
 
+/// The model's one reader, shared by the CPU executor and a GPU's stream ring.
+pub type SharedReader = Arc<std::sync::Mutex<LayerReader>>;
+
+/// Locks a shared reader; a reader poisoned by a panic elsewhere is an error, not a panic.
+pub fn lock(r: &std::sync::Mutex<LayerReader>) -> Result<std::sync::MutexGuard<'_, LayerReader>> {
+    r.lock()
+        .map_err(|_| Error::InvalidArgument("the stream reader was poisoned".into()))
+}
+
 /// `span` rounded out to `DIRECT_ALIGN` (start down, end up): (aligned start, length).
 fn aligned(offset: u64, len: u64) -> (u64, usize) {
     let a = DIRECT_ALIGN as u64;

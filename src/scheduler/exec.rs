@@ -17,6 +17,7 @@ use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
 use crate::kv_type::KvTypes;
+use crate::memory::reader::lock;
 use crate::model::Scratch;
 use crate::scheduler::dynamic::Dynamic;
 use crate::scheduler::policy::TimeSource;
@@ -124,7 +125,7 @@ pub struct Exec {
 /// stream ring loads the blocks it does not hold resident through the same reader.
 #[derive(Clone)]
 pub struct BlockStream {
-    pub reader: Arc<std::sync::Mutex<crate::memory::LayerReader>>,
+    pub reader: crate::memory::SharedReader,
     pub streamed: Vec<bool>,
 }
 
@@ -332,19 +333,15 @@ impl Exec {
             .is_some_and(|s| s.streamed.get(l) == Some(&true))
     }
 
-    /// Runs block `l` of `n` tokens at `pos0` on the CPU, its weights read in from storage
-    /// first when it streams (the slot goes back to the reader whatever the block's result).
+    /// Runs streamed block `l` of `n` tokens at `pos0` on the CPU, its weights read in from
+    /// storage first (the slot goes back to the reader whatever the block's result).
     fn cpu_block(&mut self, l: usize, n: usize, pos0: usize) -> Result<()> {
         let cfg = self.cfg.clone();
-        let Some(reader) = self
+        let reader = self
             .cpu_stream
             .as_ref()
-            .filter(|s| s.streamed.get(l) == Some(&true))
             .map(|s| s.reader.clone())
-        else {
-            let (b, s) = self.cpu_side()?;
-            return crate::model::layer_stage(b, &cfg, s, l, n, pos0);
-        };
+            .ok_or_else(|| Error::InvalidArgument(format!("block {l} does not stream")))?;
         let slot = lock(&reader)?.acquire(l)?;
         let (b, s) = match self.cpu_side() {
             Ok(side) => side,
@@ -360,17 +357,7 @@ impl Exec {
         }
         r
     }
-}
 
-/// The model's stream reader, locked.
-fn lock(
-    r: &std::sync::Mutex<crate::memory::LayerReader>,
-) -> Result<std::sync::MutexGuard<'_, crate::memory::LayerReader>> {
-    r.lock()
-        .map_err(|_| Error::InvalidArgument("the stream reader was poisoned".into()))
-}
-
-impl Exec {
     /// The stream reader's counters, when CPU blocks stream.
     pub fn stream_stats(&self) -> Option<crate::memory::ReaderStats> {
         let s = self.cpu_stream.as_ref()?;
@@ -380,14 +367,16 @@ impl Exec {
 
     /// Whether a placement puts a block without resident weights on the GPU.
     fn streams(&self, p: &Placement) -> bool {
-        let Some(g) = &self.gpu_model else {
-            return false;
-        };
-        p.layers.iter().enumerate().any(|(l, &d)| {
-            d == Device::Gpu
-                && !g.has_layer(l)
-                && !self.own_resident.get(l).copied().unwrap_or(false)
-        })
+        let on_gpu = |l: usize| p.layers[l] == Device::Gpu;
+        (0..p.layers.len()).any(|l| on_gpu(l) && self.gpu_streams(l))
+    }
+
+    /// Whether block `l` streams when it runs on the GPU: neither the model nor this session
+    /// holds its weights there.
+    fn gpu_streams(&self, l: usize) -> bool {
+        self.gpu_model
+            .as_ref()
+            .is_some_and(|g| !g.has_layer(l) && !self.own_resident.get(l).copied().unwrap_or(false))
     }
 
     /// Makes the GPU backend's stream slots when a placement streams blocks.
@@ -409,15 +398,10 @@ impl Exec {
         let Some(st) = &self.cpu_stream else {
             return Vec::new();
         };
-        let gpu_streams = |l: usize| {
-            self.gpu_model.as_ref().is_some_and(|g| {
-                !g.has_layer(l) && !self.own_resident.get(l).copied().unwrap_or(false)
-            })
-        };
         (0..p.layers.len())
             .filter(|&l| match p.layers[l] {
                 Device::Cpu => st.streamed.get(l) == Some(&true),
-                Device::Gpu => gpu_streams(l),
+                Device::Gpu => self.gpu_streams(l),
             })
             .collect()
     }

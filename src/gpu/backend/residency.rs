@@ -17,7 +17,7 @@ impl GpuBackend {
     pub fn enable_streaming(
         &mut self,
         gguf: Arc<Gguf>,
-        source: Option<Arc<std::sync::Mutex<crate::memory::LayerReader>>>,
+        source: Option<crate::memory::SharedReader>,
     ) -> Result<()> {
         if self.stream.is_none() {
             let m = Arc::clone(&self.m);
