@@ -85,10 +85,17 @@ fn check_case(isa: Isa, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: 
     let data = random_weights(&mut rng, ty, rows, cols);
     let x = rng.activations(n * cols);
     let w = WeightView::new(ty, &data, rows, cols).unwrap();
-    let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap(); // [rows, cols]
     let mut y = vec![f32::NAN; n * rows]; // poisoned: every output must be written
     let mut scratch = MatmulScratch::default();
     cpu::matmul_with(isa, &w, &x, n, &mut y, &mut scratch).unwrap();
+    check_outputs(&format!("{isa:?}"), &w, &x, n, &y)
+}
+
+/// Checks y: [n][rows] = x · wᵀ against the f64 oracle (kernels-ref's dequantization) within
+/// `tolerance`. Returns the worst err/tol ratio seen.
+fn check_outputs(what: &str, w: &WeightView, x: &[f32], n: usize, y: &[f32]) -> f64 {
+    let (ty, rows, cols) = (w.ty, w.rows, w.cols);
+    let wf = kernels_ref::dequantize_vec(ty, w.data, rows * cols).unwrap(); // [rows, cols]
     let mut worst = 0.0f64;
     for t in 0..n {
         let xt = &x[t * cols..(t + 1) * cols];
@@ -100,7 +107,7 @@ fn check_case(isa: Isa, ty: GgmlType, rows: usize, cols: usize, n: usize, seed: 
             let err = (got as f64 - exact).abs();
             assert!(
                 got.is_finite() && err <= tol,
-                "{isa:?} {ty} {rows}x{cols} n={n}: y[{t}][{r}] = {got}, expected {exact}, \
+                "{what} {ty} {rows}x{cols} n={n}: y[{t}][{r}] = {got}, expected {exact}, \
                  err {err:e} > tol {tol:e}"
             );
             worst = worst.max(err / tol);
@@ -332,9 +339,110 @@ fn avx512_packed_weights_match_per_call() {
     let other = WeightView::new(GgmlType::Q4_0, &data, 34, 32).unwrap();
     assert!(other.with_packed(&p).is_err());
     // Formats without a packed layout are not packed.
-    let (d6, _) = gemm_inputs(GgmlType::Q6_K, 3, 256, 1);
-    let w6 = WeightView::new(GgmlType::Q6_K, &d6, 3, 256).unwrap();
-    assert!(PackedWeight::pack(isa, &w6).unwrap().is_none());
+    for ty in [GgmlType::Q2_K, GgmlType::TQ2_0, GgmlType::F16] {
+        let (d, _) = gemm_inputs(ty, 3, 256, 1);
+        let w = WeightView::new(ty, &d, 3, 256).unwrap();
+        assert!(PackedWeight::pack(isa, &w).unwrap().is_none(), "{ty}");
+    }
+}
+
+/// Formats the AVX-512 GEMM reads only from a copy packed at load (the K-quants, Q5_0, Q5_1,
+/// IQ4_NL): packed, every output is within the oracle's tolerance and equals the AVX-VNNI row
+/// kernels' to the f32 part of it, for rows that fill no, one or several 16-row panels, 1 to
+/// 128 tokens and several blocks; a token's outputs are bit-identical alone or in a batch and
+/// alone or fused with other packed weights (of another format too, as Q/K/V of a "Q4_K_M"
+/// file are); the packed copy is as large as the plan counts. Unpacked, these formats run the
+/// row kernels for every batch size (one weight, one summation order).
+#[test]
+fn avx512_packed_formats_match_oracle() {
+    if !Isa::Avx512Vnni.available() {
+        eprintln!("no AVX-512 VNNI on this CPU: the row kernels run these formats");
+        return;
+    }
+    let isa = Isa::Avx512Vnni;
+    let packed_only = [
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::IQ4_NL,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+    ];
+    for ty in packed_only {
+        assert!(PackedWeight::supported(isa, ty) && !PackedWeight::supported(Isa::AvxVnni, ty));
+        let b = ty.block_size();
+        let mut cases = vec![(1, b, 1), (17, 3 * b, 3), (33, 2048, 9), (16, 1536, 8)];
+        cases.extend([1, 2, 7, 8, 9, 31, 128].map(|n| (37, 768, n)));
+        let mut worst = 0.0f64;
+        for (rows, cols, n) in cases {
+            let (data, x) = gemm_inputs(ty, rows, cols, n);
+            let w = WeightView::new(ty, &data, rows, cols).unwrap();
+            let packed = PackedWeight::pack(isa, &w).unwrap().unwrap();
+            let plain = w.row_bytes() * rows.div_ceil(16) * 16;
+            assert!(packed.bytes() >= plain && packed.bytes() <= plain + plain / 32);
+            assert_eq!(
+                PackedWeight::bytes_for(isa, ty, rows, cols),
+                packed.bytes() as u64
+            );
+            let wp = w.with_packed(&packed).unwrap();
+            let what = format!("{ty} {rows}x{cols} n={n}");
+            let y = mm(isa, &wp, &x, n);
+            worst = worst.max(check_outputs("packed", &wp, &x, n, &y));
+            // The row kernels, with or without the packed copy, stay within the f32 part of
+            // the tolerance of the GEMM.
+            let yv = mm(Isa::AvxVnni, &w, &x, n);
+            assert_eq!(
+                mm(Isa::AvxVnni, &wp, &x, n),
+                yv,
+                "{what}: vnni ignores packing"
+            );
+            assert_eq!(
+                mm(isa, &w, &x, n),
+                yv,
+                "{what}: unpacked runs the row kernels"
+            );
+            let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
+            for i in 0..n * rows {
+                let (t, r) = (i / rows, i % rows);
+                let wr = &wf[r * cols..(r + 1) * cols];
+                let xt = &x[t * cols..(t + 1) * cols];
+                let eps = f32::EPSILON as f64;
+                let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+                let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
+                let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
+                let d = (y[i] as f64 - yv[i] as f64).abs();
+                assert!(
+                    d <= tol,
+                    "{what} y[{t}][{r}]: gemm {} vnni {} diff {d:e}",
+                    y[i],
+                    yv[i]
+                );
+            }
+            for t in [0, n / 2, n - 1] {
+                let y1 = mm(isa, &wp, &x[t * cols..(t + 1) * cols], 1);
+                assert_eq!(y1, y[t * rows..(t + 1) * rows], "{what}: token {t} alone");
+            }
+            // Fused with a packed weight of another format, as a file's Q/K/V are.
+            let ty2 = if ty == GgmlType::Q6_K {
+                GgmlType::Q4_K
+            } else {
+                GgmlType::Q6_K
+            };
+            if cols % 256 == 0 {
+                let (d2, _) = gemm_inputs(ty2, 5, cols, 1);
+                let w2 = WeightView::new(ty2, &d2, 5, cols).unwrap();
+                let p2 = PackedWeight::pack(isa, &w2).unwrap().unwrap();
+                let w2p = w2.with_packed(&p2).unwrap();
+                let (mut ya, mut yb) = (vec![f32::NAN; n * rows], vec![f32::NAN; n * 5]);
+                let mut s = MatmulScratch::default();
+                cpu::matmul_many_with(isa, &[wp, w2p], &x, n, &mut [&mut ya, &mut yb], &mut s)
+                    .unwrap();
+                assert_eq!(ya, y, "{what}: fused");
+                assert_eq!(yb, mm(isa, &w2p, &x, n), "{what}: fused {ty2}");
+            }
+        }
+        eprintln!("Avx512Vnni packed {ty}: worst err/tol {worst:.3}");
+    }
 }
 
 /// One scratch reused across shapes and formats (as the model does) gives the same results as

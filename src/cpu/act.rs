@@ -31,6 +31,9 @@ pub(crate) struct QAct {
     /// scaled so that its inner loop starts each sum from one broadcast load.
     pub off8: Vec<i32>,
     pub off128: Vec<i32>,
+    /// [n_tokens, cols / 16] plain integer sum of each half chunk's 16 q values: the offset
+    /// terms of formats with one scale per half chunk (Q6_K), exact in i32.
+    pub h16: Vec<i32>,
     pub cols: usize,
     pub n_tokens: usize,
 }
@@ -45,6 +48,7 @@ impl QAct {
         self.xs32.resize(n / 32, 0.0);
         self.off8.resize(n / 32, 0);
         self.off128.resize(n / 32, 0);
+        self.h16.resize(n / 16, 0);
         self.cols = cols;
         self.n_tokens = n_tokens;
     }
@@ -78,6 +82,13 @@ impl QAct {
         &v[t * c..(t + 1) * c]
     }
 
+    /// Token `t`'s integer half-chunk sums [cols / 16].
+    #[inline]
+    pub fn h16(&self, t: usize) -> &[i32] {
+        let c = self.cols / 16;
+        &self.h16[t * c..(t + 1) * c]
+    }
+
     /// Quantizes `x` ([n_tokens, cols]) with the portable code.
     pub fn quantize_scalar(&mut self, x: &[f32], n_tokens: usize, cols: usize) {
         self.reset(n_tokens, cols);
@@ -87,8 +98,9 @@ impl QAct {
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
             .zip(self.xs32.iter_mut())
-            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()));
-        for (((((xc, qc), d), xs), xs32), (o8, o128)) in chunks {
+            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()))
+            .zip(self.h16.chunks_exact_mut(2));
+        for ((((((xc, qc), d), xs), xs32), (o8, o128)), h16) in chunks {
             let amax = xc.iter().fold(0.0f32, |m, v| m.max(v.abs()));
             let dd = amax / 127.0;
             let id = if dd > 0.0 { 1.0 / dd } else { 0.0 };
@@ -104,6 +116,7 @@ impl QAct {
             xs[1] = dd * sums[1] as f32;
             *xs32 = dd * (sums[0] + sums[1]) as f32;
             (*o8, *o128) = (-8 * (sums[0] + sums[1]), -128 * (sums[0] + sums[1]));
+            h16.copy_from_slice(&sums);
         }
     }
 
@@ -117,11 +130,12 @@ impl QAct {
             .zip(self.d.iter_mut())
             .zip(self.xs.chunks_exact_mut(2))
             .zip(self.xs32.iter_mut())
-            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()));
-        for (((((xc, qc), d), xs), xs32), (o8, o128)) in chunks {
+            .zip(self.off8.iter_mut().zip(self.off128.iter_mut()))
+            .zip(self.h16.chunks_exact_mut(2));
+        for ((((((xc, qc), d), xs), xs32), (o8, o128)), h16) in chunks {
             // SAFETY: the caller selected this path after `is_x86_feature_detected!("avx2")`;
             // the slices are exactly 32 and 2 long, as quant_chunk_avx2 requires.
-            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32, (o8, o128)) };
+            unsafe { quant_chunk_avx2(xc, qc, d, xs, xs32, (o8, o128), h16) };
         }
     }
 }
@@ -135,9 +149,10 @@ unsafe fn quant_chunk_avx2(
     xs: &mut [f32],
     xs32: &mut f32,
     (o8, o128): (&mut i32, &mut i32),
+    h16: &mut [i32],
 ) {
     use std::arch::x86_64::*;
-    debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2);
+    debug_assert!(xc.len() == 32 && qc.len() == 32 && xs.len() == 2 && h16.len() == 2);
     // SAFETY (loads/stores): xc has 32 f32 and qc 32 bytes, so every access below is in bounds.
     unsafe {
         let p = xc.as_ptr();
@@ -180,6 +195,8 @@ unsafe fn quant_chunk_avx2(
         xs[1] = dd * s1 as f32;
         *xs32 = dd * (s0 + s1) as f32;
         (*o8, *o128) = (-8 * (s0 + s1), -128 * (s0 + s1));
+        h16[0] = s0;
+        h16[1] = s1;
     }
 }
 
@@ -231,6 +248,7 @@ mod tests {
         assert_eq!(a.xs, b.xs);
         assert_eq!(a.xs32, b.xs32);
         assert_eq!((&a.off8, &a.off128), (&b.off8, &b.off128));
+        assert_eq!(a.h16, b.h16);
         // Quantization error is at most d/2 per element.
         for (i, (&q, &v)) in a.qs.iter().zip(&x).enumerate() {
             let d = a.d[i / 32];

@@ -39,9 +39,14 @@ pub(super) fn gemm_plan(isa: Isa, ws: &[WeightView], n_tokens: usize) -> Gemm {
     }
 }
 
+/// The GEMM layout `w` runs in, if any. The formats of `lanes` are packed by a portable packer
+/// that is too slow to run per call, so they take the GEMM only with a copy packed at load;
+/// without one (`--no-repack`, blocks streamed from storage) they run the row kernels for every
+/// batch size alike.
 #[cfg(target_arch = "x86_64")]
-fn gemm_fmt(w: &WeightView) -> Option<gemm512::Fmt> {
-    gemm512::Fmt::of(w.ty).filter(|_| w.cols > 0)
+fn gemm_fmt(w: &WeightView) -> Option<gemm512::Kind> {
+    gemm512::Kind::of(w.ty)
+        .filter(|k| w.cols > 0 && (matches!(k, gemm512::Kind::Gathered(_)) || w.packed.is_some()))
 }
 
 /// The AVX-512 GEMM over `parts` (`gemm_plan` returned `All`, same cols) with `scratch.act`
@@ -95,7 +100,7 @@ impl PackedWeight {
     pub fn supported(isa: Isa, ty: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            isa == Isa::Avx512Vnni && gemm512::Fmt::of(ty).is_some()
+            isa == Isa::Avx512Vnni && gemm512::Kind::of(ty).is_some()
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -108,7 +113,7 @@ impl PackedWeight {
     /// what the memory plan counts.
     pub fn bytes_for(isa: Isa, ty: GgmlType, rows: usize, cols: usize) -> u64 {
         #[cfg(target_arch = "x86_64")]
-        if let Some(f) = gemm512::Fmt::of(ty).filter(|_| Self::supported(isa, ty)) {
+        if let Some(f) = gemm512::Kind::of(ty).filter(|_| Self::supported(isa, ty)) {
             return gemm512::packed_bytes(f, rows, cols / 32) as u64;
         }
         let _ = (isa, ty, rows, cols);
@@ -123,7 +128,7 @@ impl PackedWeight {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let Some(fmt) = gemm_fmt(w) else {
+            let Some(fmt) = gemm512::Kind::of(w.ty) else {
                 return Ok(None);
             };
             let nch = w.cols / 32;

@@ -33,6 +33,7 @@ use std::arch::x86_64::*;
 use rayon::prelude::*;
 
 use super::act::{IntOff, QAct};
+use super::lanes::{self, Lane};
 use crate::GgmlType;
 
 /// Rows per panel: one zmm lane per row.
@@ -82,10 +83,26 @@ impl Fmt {
     }
 }
 
+/// A format's GEMM layout: gathered from the GGUF rows by `pack_panel` (per call or at load),
+/// or built by the portable packer of `lanes` (at load; per call only outside the hot path).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Gathered(Fmt),
+    Packed(Lane),
+}
+
+impl Kind {
+    pub(crate) fn of(ty: GgmlType) -> Option<Kind> {
+        Fmt::of(ty)
+            .map(Kind::Gathered)
+            .or_else(|| Lane::of(ty).map(Kind::Packed))
+    }
+}
+
 /// One weight of a GEMM call: `rows` rows of `rb` bytes in `data`, and the same weight packed
 /// once at load (`pack`) when the caller holds it.
 pub(crate) struct Part<'a> {
-    pub fmt: Fmt,
+    pub fmt: Kind,
     pub data: &'a [u8],
     /// `pack(fmt, data, rows, nch)`'s bytes, or `None` to pack each panel per call.
     pub packed: Option<&'a [u8]>,
@@ -95,12 +112,15 @@ pub(crate) struct Part<'a> {
 
 /// Bytes of one packed panel: nch chunks of 16 rows x one block each (the blocks' own bytes,
 /// rearranged, so a packed weight is as large as its rows rounded up to 16).
-pub(crate) fn panel_bytes(fmt: Fmt, nch: usize) -> usize {
-    nch * PR * fmt.block_bytes()
+pub(crate) fn panel_bytes(fmt: Kind, nch: usize) -> usize {
+    match fmt {
+        Kind::Gathered(f) => nch * PR * f.block_bytes(),
+        Kind::Packed(l) => lanes::panel_bytes(l, nch),
+    }
 }
 
 /// Bytes `pack` returns for `rows` rows of `nch` chunks.
-pub(crate) fn packed_bytes(fmt: Fmt, rows: usize, nch: usize) -> usize {
+pub(crate) fn packed_bytes(fmt: Kind, rows: usize, nch: usize) -> usize {
     rows.div_ceil(PR) * panel_bytes(fmt, nch)
 }
 
@@ -143,8 +163,14 @@ fn q_bytes(fmt: Fmt) -> usize {
 /// `part.rb = nch * block_bytes` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
 unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u8]) {
-    let bb = part.fmt.block_bytes();
-    let qb = q_bytes(part.fmt);
+    let fmt = match part.fmt {
+        Kind::Gathered(f) => f,
+        Kind::Packed(l) => {
+            return lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, out);
+        }
+    };
+    let bb = fmt.block_bytes();
+    let qb = q_bytes(fmt);
     assert!(nr <= PR && part.rb == nch * bb && (r0 + nr) * part.rb <= part.data.len());
     assert!(out.len() >= panel_bytes(part.fmt, nch));
     let mask: __mmask16 = ((1u32 << nr) - 1) as u16;
@@ -165,10 +191,10 @@ unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u
             let hdr = gather(idx, mask, base, o);
             let hs = dst.add(qb) as *mut __m256i;
             _mm256_storeu_si256(hs, _mm512_cvtepi32_epi16(hdr));
-            match part.fmt {
+            match fmt {
                 Fmt::Q4_0 | Fmt::Q4_1 => {
-                    let qs = if part.fmt == Fmt::Q4_0 { 2 } else { 4 };
-                    if part.fmt == Fmt::Q4_1 {
+                    let qs = if fmt == Fmt::Q4_0 { 2 } else { 4 };
+                    if fmt == Fmt::Q4_1 {
                         let m = _mm512_cvtepi32_epi16(_mm512_srli_epi32(hdr, 16));
                         _mm256_storeu_si256(hs.add(1), m);
                     }
@@ -318,7 +344,12 @@ unsafe fn tile<const T: usize, const F: u8>(
 ///
 /// # Safety
 /// As `tile`, with T = nt and F = fmt.
-unsafe fn tile_n(p: &[u8], nch: usize, fmt: Fmt, act: &QAct, t0: usize, nt: usize, o: &mut [f32]) {
+unsafe fn tile_n(p: &[u8], nch: usize, fmt: Kind, act: &QAct, t0: usize, nt: usize, o: &mut [f32]) {
+    let fmt = match fmt {
+        Kind::Gathered(f) => f,
+        // SAFETY: forwarded from the caller.
+        Kind::Packed(l) => return unsafe { lanes::tile_n(p, nch, l, act, t0, nt, o) },
+    };
     const Q40: u8 = Fmt::Q4_0 as u8;
     const Q41: u8 = Fmt::Q4_1 as u8;
     const Q80: u8 = Fmt::Q8_0 as u8;

@@ -21,6 +21,8 @@ mod gemm;
 pub use gemm::PackedWeight;
 #[cfg(target_arch = "x86_64")]
 mod gemm512;
+#[cfg(target_arch = "x86_64")]
+mod lanes;
 mod ops;
 mod scalar;
 
@@ -116,8 +118,9 @@ pub enum Isa {
     /// `Avx2` plus AVX-VNNI: the integer dot products of formats without per-half multipliers
     /// (Q4_0, Q4_1, Q5_x, Q8_0, IQ4_NL, TQ2_0) in one `vpdpbusd` instead of two instructions.
     AvxVnni,
-    /// `AvxVnni` plus AVX-512 F/BW/VNNI: prefill (4+ tokens) of Q4_0, Q4_1 and Q8_0 runs a
-    /// 16-row x 8-token register-blocked GEMM (`gemm512`); everything else as `AvxVnni`.
+    /// `AvxVnni` plus AVX-512 F/BW/VNNI: Q4_0, Q4_1 and Q8_0 weights, and Q5_0, Q5_1, IQ4_NL,
+    /// Q4_K, Q5_K and Q6_K weights packed at load, run a 16-row x 8-token register-blocked GEMM
+    /// (`gemm512`, `lanes`) for every batch size; everything else as `AvxVnni`.
     Avx512Vnni,
 }
 
