@@ -108,13 +108,25 @@ fn bench_shape(
     let data: Vec<Vec<u8>> = (0..copies.min(64))
         .map(|_| weights(rng, ty, rows, cols))
         .collect();
+    // Packed at load as the engine packs them (None where the ISA has no packed layout).
+    let packed: Vec<Option<PackedWeight>> = data
+        .iter()
+        .map(|d| {
+            let w = WeightView::new(ty, d, rows, cols).expect("view");
+            PackedWeight::pack(isa, &w).expect("pack")
+        })
+        .collect();
     let x: Vec<f32> = (0..n * cols).map(|_| rng.f()).collect();
     let mut y = vec![0f32; n * rows];
     let mut s = MatmulScratch::default();
     let mut i = 0;
     let reps = if n == 1 { 200 } else { 10 };
     let t = time(reps, || {
-        let w = WeightView::new(ty, &data[i % data.len()], rows, cols).expect("view");
+        let k = i % data.len();
+        let mut w = WeightView::new(ty, &data[k], rows, cols).expect("view");
+        if let Some(p) = &packed[k] {
+            w = w.with_packed(p).expect("packed view");
+        }
         i += 1;
         cpu::matmul_with(isa, &w, &x, n, &mut y, &mut s).expect("matmul");
     });
@@ -126,8 +138,16 @@ fn bench_shape(
 }
 
 fn synthetic(isa: Isa) {
-    // (rows, cols): ffn_up/gate, ffn_down, attn_q/o, output (tied embedding).
-    let shapes = [(1536usize, 576usize), (576, 1536), (576, 576), (49152, 576)];
+    // (rows, cols): SmolLM2-135M's ffn_up/gate, ffn_down, attn_q/o, output (tied embedding);
+    // Qwen2.5-1.5B's ffn_up/gate and ffn_down (widths the K-quants' 256-blocks divide).
+    let shapes = [
+        (1536usize, 576usize),
+        (576, 1536),
+        (576, 576),
+        (49152, 576),
+        (8960, 1536),
+        (1536, 8960),
+    ];
     let formats = [
         GgmlType::Q4_1,
         GgmlType::Q4_0,

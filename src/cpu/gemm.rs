@@ -137,6 +137,7 @@ impl PackedWeight {
             data.try_reserve_exact(n).map_err(|_| Error::OutOfMemory {
                 what: format!("packed {} weight of {}x{} ({n} B)", w.ty, w.rows, w.cols),
             })?;
+            advise_huge_pages(data.as_ptr(), data.capacity());
             data.resize(n, 0);
             let part = gemm512::Part {
                 fmt,
@@ -163,6 +164,29 @@ impl PackedWeight {
     pub fn bytes(&self) -> usize {
         self.data.len()
     }
+}
+
+/// Asks the kernel to back the 2 MiB-aligned part of a fresh (untouched) allocation with huge
+/// pages where transparent huge pages are in `madvise` mode: decode streams every packed weight
+/// once per token, and with 4 KiB pages each page costs a TLB walk that stalls the stream (a
+/// Qwen2.5-1.5B decode went from 20.5 to ~22 tok/s on 2 threads). Advice only: where the
+/// kernel declines, the memory works as before.
+fn advise_huge_pages(ptr: *const u8, len: usize) {
+    #[cfg(target_os = "linux")]
+    {
+        const HUGE: usize = 2 << 20;
+        let start = (ptr as usize).next_multiple_of(HUGE);
+        let end = (ptr as usize + len) / HUGE * HUGE;
+        if end > start {
+            // SAFETY: the range lies inside an allocation this function's caller owns; the
+            // advice changes how its pages are backed, never their contents.
+            let _ = unsafe {
+                libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_HUGEPAGE)
+            };
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (ptr, len);
 }
 
 impl<'a> WeightView<'a> {

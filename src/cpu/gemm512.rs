@@ -280,6 +280,14 @@ unsafe fn tile<const T: usize, const F: u8>(
         // SAFETY: c < nch, within every length asserted above.
         unsafe {
             let base = p.as_ptr().add(c * cs);
+            if T == 1 {
+                // As `lanes::tile`: decode streams each weight once.
+                let mut o = 0;
+                while o < cs {
+                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(lanes::PREFETCH + o) as *const i8);
+                    o += 64;
+                }
+            }
             let wq = base as *const __m512i;
             let w: [__m512i; 8] = if fmt == Fmt::Q8_0 {
                 std::array::from_fn(|g| _mm512_loadu_si512(wq.add(g)))

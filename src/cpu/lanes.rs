@@ -310,6 +310,12 @@ unsafe fn high_bits<const HI: usize>(h: &[__m512i; 2], g: usize) -> __m512i {
     }
 }
 
+/// Bytes ahead of the chunk being read that a one-token tile asks the cache to fetch: a single
+/// core's hardware prefetch keeps too few lines in flight to reach its share of DRAM bandwidth
+/// (Qwen2.5-1.5B Q4_K_M decode on 2 threads: 16.5 tok/s without, 22.7 with 2 KiB, 21.7 with 1
+/// KiB, 20.9 with 4 KiB). Prefill tiles reread their panel from L1 and skip it.
+pub(crate) const PREFETCH: usize = 2048;
+
 /// out[t * 16 + r] = panel row r · activation t0 + t, for T tokens; L is the format
 /// (`Lane as u8`).
 ///
@@ -367,6 +373,13 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
             for k in 0..cpb {
                 let c = bi * cpb + k;
                 let base = blk.add(32 * hdr + k * cb);
+                if T == 1 {
+                    let mut o = 0;
+                    while o < cb {
+                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH + o) as *const i8);
+                        o += 64;
+                    }
+                }
                 let wq = base as *const __m512i;
                 let v: [__m512i; 4] = std::array::from_fn(|j| _mm512_loadu_si512(wq.add(j)));
                 let mut w: [__m512i; 8] = std::array::from_fn(|g| {
