@@ -5,9 +5,24 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MEMWALL_MODEL="${MEMWALL_MODEL:-$(scripts/fetch-model.sh)}"
+# The CPU kernel paths this machine has, from its flags: tests/cpu_kernels.rs fails if memwall
+# does not detect one of them (an ISA's tests then never run), and prints those that ran.
+if [ -z "${MEMWALL_EXPECT_ISA:-}" ] && [ -r /proc/cpuinfo ]; then
+    flags=" $(grep -m1 '^flags' /proc/cpuinfo | cut -d: -f2) "
+    has() { for f in "$@"; do [[ $flags == *" $f "* ]] || return 1; done; }
+    isa=scalar
+    if has avx2 fma f16c; then
+        isa+=",avx2"
+        has avx_vnni && isa+=",avxvnni"
+        has avx_vnni avx512f avx512bw avx512_vnni && isa+=",avx512vnni"
+    fi
+    export MEMWALL_EXPECT_ISA=$isa
+    echo "CPU kernel paths expected from /proc/cpuinfo: $isa"
+fi
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
 cargo test --workspace --profile ci
+cargo test --profile ci --test cpu_kernels isa_paths -- --nocapture 2>&1 | grep 'CPU kernel paths'
 # The portable path (no f16, no subgroups) through GL on llvmpipe.
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_kernels
 WGPU_BACKEND=gl cargo test --profile ci --test gpu_ops

@@ -25,6 +25,42 @@ const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16
 /// Formats without a fast kernel: dequantized a row at a time by kernels-ref, then f32 dots.
 const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
 
+/// The kernel paths this CPU runs, by the names `MEMWALL_EXPECT_ISA` uses.
+const ISA_NAMES: [(Isa, &str); 4] = [
+    (Isa::Scalar, "scalar"),
+    (Isa::Avx2, "avx2"),
+    (Isa::AvxVnni, "avxvnni"),
+    (Isa::Avx512Vnni, "avx512vnni"),
+];
+
+/// Which kernel paths these tests exercise, stated on stderr; and with `MEMWALL_EXPECT_ISA` (a
+/// comma list of `ISA_NAMES`, which `scripts/test.sh` derives from the CPU's flags in
+/// /proc/cpuinfo) every path the CPU has must be detected, so the tests of an ISA the CPU has
+/// cannot be skipped by a detection that went wrong. The scalar path runs on every CPU.
+#[test]
+fn isa_paths_tested_are_the_cpus() {
+    let ran: Vec<&str> = ISA_NAMES
+        .iter()
+        .filter(|(i, _)| i.available())
+        .map(|(_, n)| *n)
+        .collect();
+    eprintln!("CPU kernel paths tested: {}", ran.join(" "));
+    assert!(ran.contains(&"scalar"));
+    if let Ok(expect) = std::env::var("MEMWALL_EXPECT_ISA") {
+        for name in expect.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            assert!(
+                ISA_NAMES.iter().any(|(_, n)| *n == name),
+                "MEMWALL_EXPECT_ISA names {name:?}, not one of {ISA_NAMES:?}"
+            );
+            assert!(
+                ran.contains(&name),
+                "the CPU's flags list {name} but memwall does not detect it: its kernels would \
+                 go untested"
+            );
+        }
+    }
+}
+
 fn isas() -> Vec<Isa> {
     [Isa::Scalar, Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
         .into_iter()
