@@ -350,7 +350,7 @@ fn avx512_packed_weights_match_per_call() {
                 packed.bytes() as u64
             );
             let wp = w.with_packed(&packed).unwrap();
-            let what = format!("{ty} {rows}x{cols} n={n}");
+            let what = format!("{isa:?} {ty} {rows}x{cols} n={n}");
             let y = mm(isa, &wp, &x, n);
             assert_eq!(y, mm(isa, &w, &x, n), "{what}: packed vs per call");
             assert_eq!(mm(Isa::AvxVnni, &wp, &x, n), mm(Isa::AvxVnni, &w, &x, n));
@@ -382,20 +382,16 @@ fn avx512_packed_weights_match_per_call() {
     }
 }
 
-/// Formats the AVX-512 GEMM reads only from a copy packed at load (the K-quants, Q5_0, Q5_1,
-/// IQ4_NL): packed, every output is within the oracle's tolerance and equals the AVX-VNNI row
-/// kernels' to the f32 part of it, for rows that fill no, one or several 16-row panels, 1 to
-/// 128 tokens and several blocks; a token's outputs are bit-identical alone or in a batch and
-/// alone or fused with other packed weights (of another format too, as Q/K/V of a "Q4_K_M"
-/// file are); the packed copy is as large as the plan counts. Unpacked, these formats run the
-/// row kernels for every batch size (one weight, one summation order).
+/// Formats the GEMM reads only from a copy packed at load (the K-quants, Q5_0, Q5_1, IQ4_NL),
+/// on each ISA that has a GEMM for them (AVX-512 VNNI, AVX-VNNI, AVX2): packed, every output is
+/// within the oracle's tolerance and equals the row kernels' to the f32 part of it, for rows
+/// that fill no, one or several 16-row panels, 1 to 128 tokens and several blocks; a token's
+/// outputs are bit-identical alone or in a batch and alone or fused with other packed weights
+/// (of another format too, as Q/K/V of a "Q4_K_M" file are); the packed copy is as large as the
+/// plan counts. Unpacked, these formats run the row kernels for every batch size (one weight,
+/// one summation order).
 #[test]
-fn avx512_packed_formats_match_oracle() {
-    if !Isa::Avx512Vnni.available() {
-        eprintln!("no AVX-512 VNNI on this CPU: the row kernels run these formats");
-        return;
-    }
-    let isa = Isa::Avx512Vnni;
+fn packed_formats_match_oracle() {
     let packed_only = [
         GgmlType::Q5_0,
         GgmlType::Q5_1,
@@ -404,8 +400,20 @@ fn avx512_packed_formats_match_oracle() {
         GgmlType::Q5_K,
         GgmlType::Q6_K,
     ];
-    for ty in packed_only {
-        assert!(PackedWeight::supported(isa, ty) && !PackedWeight::supported(Isa::AvxVnni, ty));
+    let gemm_isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
+        .into_iter()
+        .filter(|i| i.available())
+        .collect();
+    for (isa, ty) in gemm_isas
+        .iter()
+        .flat_map(|&i| packed_only.iter().map(move |&t| (i, t)))
+    {
+        if !PackedWeight::supported(isa, ty) {
+            // vpmaddubsw would saturate on IQ4_NL's shifted levels.
+            assert_eq!((isa, ty), (Isa::Avx2, GgmlType::IQ4_NL));
+            continue;
+        }
+        assert!(!PackedWeight::supported(Isa::Scalar, ty));
         let b = ty.block_size();
         let mut cases = vec![(1, b, 1), (17, 3 * b, 3), (33, 2048, 9), (16, 1536, 8)];
         cases.extend([1, 2, 7, 8, 9, 31, 128].map(|n| (37, 768, n)));
@@ -421,22 +429,21 @@ fn avx512_packed_formats_match_oracle() {
                 packed.bytes() as u64
             );
             let wp = w.with_packed(&packed).unwrap();
-            let what = format!("{ty} {rows}x{cols} n={n}");
+            let what = format!("{isa:?} {ty} {rows}x{cols} n={n}");
             let y = mm(isa, &wp, &x, n);
             worst = worst.max(check_outputs("packed", &wp, &x, n, &y));
-            // The row kernels, with or without the packed copy, stay within the f32 part of
-            // the tolerance of the GEMM.
-            let yv = mm(Isa::AvxVnni, &w, &x, n);
-            assert_eq!(
-                mm(Isa::AvxVnni, &wp, &x, n),
-                yv,
-                "{what}: vnni ignores packing"
-            );
-            assert_eq!(
-                mm(isa, &w, &x, n),
-                yv,
-                "{what}: unpacked runs the row kernels"
-            );
+            // Unpacked, the same ISA runs its row kernels (AVX-512 runs AVX-VNNI's), which stay
+            // within the f32 part of the tolerance of the GEMM.
+            let row_isa = if isa == Isa::Avx512Vnni {
+                Isa::AvxVnni
+            } else {
+                isa
+            };
+            let yv = mm(isa, &w, &x, n);
+            let mut s = MatmulScratch::default();
+            let mut yr = vec![f32::NAN; n * rows];
+            cpu::matmul_with(row_isa, &w, &x, n, &mut yr, &mut s).unwrap();
+            assert_eq!(yv, yr, "{what}: unpacked runs the row kernels");
             let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
             for i in 0..n * rows {
                 let (t, r) = (i / rows, i % rows);
@@ -449,7 +456,7 @@ fn avx512_packed_formats_match_oracle() {
                 let d = (y[i] as f64 - yv[i] as f64).abs();
                 assert!(
                     d <= tol,
-                    "{what} y[{t}][{r}]: gemm {} vnni {} diff {d:e}",
+                    "{what} y[{t}][{r}]: gemm {} row kernel {} diff {d:e}",
                     y[i],
                     yv[i]
                 );
@@ -464,7 +471,7 @@ fn avx512_packed_formats_match_oracle() {
             } else {
                 GgmlType::Q6_K
             };
-            if cols % 256 == 0 {
+            if cols.is_multiple_of(256) {
                 let (d2, _) = gemm_inputs(ty2, 5, cols, 1);
                 let w2 = WeightView::new(ty2, &d2, 5, cols).unwrap();
                 let p2 = PackedWeight::pack(isa, &w2).unwrap().unwrap();
@@ -477,7 +484,7 @@ fn avx512_packed_formats_match_oracle() {
                 assert_eq!(yb, mm(isa, &w2p, &x, n), "{what}: fused {ty2}");
             }
         }
-        eprintln!("Avx512Vnni packed {ty}: worst err/tol {worst:.3}");
+        eprintln!("{isa:?} packed {ty}: worst err/tol {worst:.3}");
     }
 }
 

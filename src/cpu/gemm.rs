@@ -2,7 +2,7 @@
 //! the weights packed for it once at load (`PackedWeight`).
 
 #[cfg(target_arch = "x86_64")]
-use super::gemm512;
+use super::{gemm512, lanes_avx2};
 use super::{Isa, MatmulScratch, Part, WeightView};
 use crate::{Error, GgmlType, Result};
 
@@ -22,10 +22,10 @@ pub(super) enum Gemm {
 pub(super) fn gemm_plan(isa: Isa, ws: &[WeightView], n_tokens: usize) -> Gemm {
     #[cfg(target_arch = "x86_64")]
     {
-        if isa != Isa::Avx512Vnni || n_tokens < gemm512::MIN_TOKENS {
+        if n_tokens < gemm512::MIN_TOKENS {
             return Gemm::No;
         }
-        let n = ws.iter().filter(|w| gemm_fmt(w).is_some()).count();
+        let n = ws.iter().filter(|w| gemm_fmt(isa, w).is_some()).count();
         match n {
             0 => Gemm::No,
             n if n == ws.len() => Gemm::All,
@@ -39,19 +39,30 @@ pub(super) fn gemm_plan(isa: Isa, ws: &[WeightView], n_tokens: usize) -> Gemm {
     }
 }
 
-/// The GEMM layout `w` runs in, if any. The formats of `lanes` are packed by a portable packer
-/// that is too slow to run per call, so they take the GEMM only with a copy packed at load;
-/// without one (`--no-repack`, blocks streamed from storage) they run the row kernels for every
-/// batch size alike.
+/// The GEMM layout `w` runs in on `isa`, if any. The formats of `lanes` are packed by a
+/// portable packer that is too slow to run per call, so they take the GEMM only with a copy
+/// packed at load; without one (`--no-repack`, blocks streamed from storage) they run the row
+/// kernels for every batch size alike. Without AVX-512 only those packed formats have a GEMM
+/// (`lanes_avx2`); Q4_0, Q4_1 and Q8_0 keep their row kernels there.
 #[cfg(target_arch = "x86_64")]
-fn gemm_fmt(w: &WeightView) -> Option<gemm512::Kind> {
-    gemm512::Kind::of(w.ty)
-        .filter(|k| w.cols > 0 && (matches!(k, gemm512::Kind::Gathered(_)) || w.packed.is_some()))
+fn gemm_fmt(isa: Isa, w: &WeightView) -> Option<gemm512::Kind> {
+    use gemm512::Kind;
+    let k = Kind::of(w.ty).filter(|_| w.cols > 0)?;
+    let packed = w.packed.is_some();
+    match (isa, k) {
+        (Isa::Avx512Vnni, Kind::Gathered(_)) => Some(k),
+        (Isa::Avx512Vnni, Kind::Packed(_)) => packed.then_some(k),
+        (Isa::Avx2 | Isa::AvxVnni, Kind::Packed(l)) => {
+            (packed && lanes_avx2::supported(l, isa == Isa::AvxVnni)).then_some(k)
+        }
+        _ => None,
+    }
 }
 
-/// The AVX-512 GEMM over `parts` (`gemm_plan` returned `All`, same cols) with `scratch.act`
+/// The GEMM over `parts` on `isa` (`gemm_plan` returned `All`, same cols) with `scratch.act`
 /// quantized.
 pub(super) fn run_gemm(
+    isa: Isa,
     parts: &[Part],
     n_tokens: usize,
     ys: &mut [&mut [f32]],
@@ -63,7 +74,7 @@ pub(super) fn run_gemm(
             .iter()
             .filter_map(|&(w, rb)| {
                 Some(gemm512::Part {
-                    fmt: gemm_fmt(w)?,
+                    fmt: gemm_fmt(isa, w)?,
                     data: w.data,
                     packed: w.packed,
                     rows: w.rows,
@@ -72,14 +83,25 @@ pub(super) fn run_gemm(
             })
             .collect();
         let nch = parts.first().map_or(0, |(w, _)| w.cols / 32);
-        // SAFETY: gemm_plan returned All only for Isa::Avx512Vnni, whose availability
-        // check_args verified; check_args also verified every part's byte size (rows x rb
+        // SAFETY: gemm_plan returned All only for formats `isa` has a GEMM for (AVX2 and
+        // AVX-VNNI: packed `lanes` formats it supports, each with its packed copy), and
+        // check_args verified `isa`'s availability; check_args also verified every part's byte size (rows x rb
         // bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols; a packed
         // copy's size was checked by `WeightView::with_packed`.
-        unsafe { gemm512::run(&gparts, nch, &scratch.act, n_tokens, ys, &mut scratch.yt) };
+        unsafe {
+            gemm512::run(
+                isa,
+                &gparts,
+                nch,
+                &scratch.act,
+                n_tokens,
+                ys,
+                &mut scratch.yt,
+            )
+        };
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (parts, n_tokens, ys, scratch);
+    let _ = (isa, parts, n_tokens, ys, scratch);
 }
 
 /// A weight rearranged once (at load) into the layout the ISA's GEMM reads, so its matmuls
@@ -95,12 +117,20 @@ pub struct PackedWeight {
 }
 
 impl PackedWeight {
-    /// Whether `isa` has a packed layout for `ty` (only `Isa::Avx512Vnni`, for Q4_0, Q4_1 and
-    /// Q8_0): `pack` returns `None` for the others.
+    /// Whether `isa` has a packed layout for `ty`: `Isa::Avx512Vnni` for Q4_0, Q4_1, Q8_0,
+    /// Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K; `Isa::AvxVnni` for the last six and `Isa::Avx2`
+    /// for the last five (`lanes_avx2`). `pack` returns `None` for the others.
     pub fn supported(isa: Isa, ty: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
         {
-            isa == Isa::Avx512Vnni && gemm512::Kind::of(ty).is_some()
+            use gemm512::Kind;
+            match (isa, Kind::of(ty)) {
+                (Isa::Avx512Vnni, Some(_)) => true,
+                (Isa::Avx2 | Isa::AvxVnni, Some(Kind::Packed(l))) => {
+                    lanes_avx2::supported(l, isa == Isa::AvxVnni)
+                }
+                _ => false,
+            }
         }
         #[cfg(not(target_arch = "x86_64"))]
         {
@@ -146,7 +176,8 @@ impl PackedWeight {
                 rows: w.rows,
                 rb: w.row_bytes(),
             };
-            // SAFETY: isa (Avx512Vnni) is available (checked above); WeightView::new checked
+            // SAFETY: isa is available (checked above), AVX-512 where the format is gathered
+            // (Avx512Vnni is the only ISA that supports those); WeightView::new checked
             // that data holds rows rows of cols / 32 blocks, and data is packed_bytes long.
             unsafe { gemm512::pack(&part, nch, &mut data) };
             Ok(Some(PackedWeight {

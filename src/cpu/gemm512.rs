@@ -34,6 +34,8 @@ use rayon::prelude::*;
 
 use super::act::{IntOff, QAct};
 use super::lanes::{self, Lane};
+use super::lanes_avx2;
+use super::Isa;
 use crate::GgmlType;
 
 /// Rows per panel: one zmm lane per row.
@@ -219,7 +221,9 @@ unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u
 /// panel packed in parallel.
 ///
 /// # Safety
-/// As `pack_panel` for every panel: `part.data` holds `rows` rows of `rb = nch * block_bytes`.
+/// As `pack_panel` for every panel: `part.data` holds `rows` rows of `rb = nch * block_bytes`;
+/// AVX-512 as there for a `Kind::Gathered` part (a `Kind::Packed` one is packed by portable
+/// code).
 pub(crate) unsafe fn pack(part: &Part, nch: usize, out: &mut [u8]) {
     let pb = panel_bytes(part.fmt, nch);
     if pb == 0 {
@@ -228,8 +232,13 @@ pub(crate) unsafe fn pack(part: &Part, nch: usize, out: &mut [u8]) {
     out.par_chunks_mut(pb).enumerate().for_each(|(p, o)| {
         let r0 = p * PR;
         if r0 < part.rows {
-            // SAFETY: forwarded from the caller; r0 + nr <= rows.
-            unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, o) };
+            let nr = PR.min(part.rows - r0);
+            match part.fmt {
+                // Portable code: also what the AVX2 tiles of `lanes_avx2` read.
+                Kind::Packed(l) => lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, o),
+                // SAFETY: forwarded from the caller; r0 + nr <= rows.
+                Kind::Gathered(_) => unsafe { pack_panel(part, r0, nr, nch, o) },
+            }
         }
     });
 }
@@ -380,13 +389,16 @@ unsafe fn tile_n(p: &[u8], nch: usize, fmt: Kind, act: &QAct, t0: usize, nt: usi
 }
 
 /// ys[i]: [n_tokens, parts[i].rows] = activations · parts[i]ᵀ, every part's panels in one
-/// parallel region. `act` holds n_tokens tokens of nch * 32 columns; yt is scratch.
+/// parallel region, on `isa`'s tiles (AVX-512, or for `Kind::Packed` parts only, AVX2 or
+/// AVX-VNNI). `act` holds n_tokens tokens of nch * 32 columns; yt is scratch.
 ///
 /// # Safety
-/// `Isa::Avx512Vnni` must be available; each part holds `rows` rows of `rb = nch *
+/// `isa` must be available (AVX2 and AVX-VNNI with `Kind::Packed` parts only, each with its
+/// `packed` copy, in formats `lanes_avx2::supported` for it); each part holds `rows` rows of `rb = nch *
 /// block_bytes` bytes, and `packed_bytes` packed bytes if it has `packed`; ys[i].len() ==
 /// n_tokens * parts[i].rows.
 pub(crate) unsafe fn run(
+    isa: Isa,
     parts: &[Part],
     nch: usize,
     act: &QAct,
@@ -394,6 +406,11 @@ pub(crate) unsafe fn run(
     ys: &mut [&mut [f32]],
     yt: &mut Vec<f32>,
 ) {
+    let tt = if isa == Isa::Avx512Vnni {
+        TT
+    } else {
+        lanes_avx2::TT
+    };
     // [panel][n_tokens][16] outputs, panels of all parts in order.
     let panels: usize = parts.iter().map(|p| p.rows.div_ceil(PR)).sum();
     yt.clear();
@@ -414,16 +431,33 @@ pub(crate) unsafe fn run(
             Some(p) => &p[r0 / PR * pb..(r0 / PR + 1) * pb],
             None => {
                 buf.resize(pb, 0);
-                // SAFETY: the caller checked the features and the parts' sizes; r0 + nr <= rows.
-                unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, buf) };
+                let nr = PR.min(part.rows - r0);
+                match part.fmt {
+                    Kind::Packed(l) => lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, buf),
+                    // SAFETY: the caller checked the features and the parts' sizes; r0 + nr
+                    // <= rows.
+                    Kind::Gathered(_) => unsafe { pack_panel(part, r0, nr, nch, buf) },
+                }
                 buf
             }
         };
         let mut t0 = 0;
         while t0 < n_tokens {
-            let nt = TT.min(n_tokens - t0);
-            // SAFETY: as above; the panel has nch chunks, o holds n_tokens * 16 values.
-            unsafe { tile_n(panel, nch, part.fmt, act, t0, nt, &mut o[t0 * PR..]) };
+            let nt = tt.min(n_tokens - t0);
+            let o = &mut o[t0 * PR..];
+            // SAFETY: as above; the panel has nch chunks, o holds nt * 16 values; an AVX2 call
+            // has only `Kind::Packed` parts.
+            unsafe {
+                match (isa, part.fmt) {
+                    (Isa::Avx2, Kind::Packed(l)) => {
+                        lanes_avx2::plain::tile_n(panel, nch, l, act, t0, nt, o)
+                    }
+                    (Isa::AvxVnni, Kind::Packed(l)) => {
+                        lanes_avx2::vnni::tile_n(panel, nch, l, act, t0, nt, o)
+                    }
+                    _ => tile_n(panel, nch, part.fmt, act, t0, nt, o),
+                }
+            }
             t0 += nt;
         }
     };

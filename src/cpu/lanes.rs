@@ -47,16 +47,17 @@ pub(crate) enum Lane {
     Q6K = 5,
 }
 
-const ALL: [Lane; 6] = [
-    Lane::Q5_0,
-    Lane::Q5_1,
-    Lane::Iq4Nl,
-    Lane::Q4K,
-    Lane::Q5K,
-    Lane::Q6K,
-];
-
 impl Lane {
+    /// Every format, indexed by its `u8` value.
+    pub(crate) const ALL: [Lane; 6] = [
+        Lane::Q5_0,
+        Lane::Q5_1,
+        Lane::Iq4Nl,
+        Lane::Q4K,
+        Lane::Q5K,
+        Lane::Q6K,
+    ];
+
     pub(crate) fn of(ty: GgmlType) -> Option<Lane> {
         Some(match ty {
             GgmlType::Q5_0 => Lane::Q5_0,
@@ -70,7 +71,7 @@ impl Lane {
     }
 
     /// Chunks of 32 per block.
-    const fn cpb(self) -> usize {
+    pub(crate) const fn cpb(self) -> usize {
         match self {
             Lane::Q5_0 | Lane::Q5_1 | Lane::Iq4Nl => 1,
             Lane::Q4K | Lane::Q5K | Lane::Q6K => 8,
@@ -78,7 +79,7 @@ impl Lane {
     }
 
     /// f16 vectors in a block's header: `d`, and `m` or `dmin`.
-    const fn hdr(self) -> usize {
+    pub(crate) const fn hdr(self) -> usize {
         match self {
             Lane::Q5_1 | Lane::Q4K | Lane::Q5K => 2,
             _ => 1,
@@ -86,7 +87,7 @@ impl Lane {
     }
 
     /// Dword planes of high bits per chunk.
-    const fn hi(self) -> usize {
+    pub(crate) const fn hi(self) -> usize {
         match self {
             Lane::Q5_0 | Lane::Q5_1 | Lane::Q5K => 1,
             Lane::Q6K => 2,
@@ -95,19 +96,19 @@ impl Lane {
     }
 
     /// Bytes of per-chunk integer scales.
-    const fn scb(self) -> usize {
+    pub(crate) const fn scb(self) -> usize {
         match self {
             Lane::Q4K | Lane::Q5K | Lane::Q6K => 32,
             _ => 0,
         }
     }
 
-    const fn chunk_bytes(self) -> usize {
+    pub(crate) const fn chunk_bytes(self) -> usize {
         256 + 64 * self.hi() + self.scb()
     }
 
     /// Bytes of one block of a panel (16 rows).
-    const fn block_bytes(self) -> usize {
+    pub(crate) const fn block_bytes(self) -> usize {
         32 * self.hdr() + self.cpb() * self.chunk_bytes()
     }
 }
@@ -269,7 +270,7 @@ pub(crate) fn pack_panel(
 
 /// IQ4_NL's levels plus 128 (unsigned bytes for `vpdpbusd`), repeated in each 128-bit lane for
 /// `vpshufb`.
-const IQ4NL_LUT: [u8; 64] = {
+pub(crate) const IQ4NL_LUT: [u8; 64] = {
     let mut a = [0u8; 64];
     let mut i = 0;
     while i < 64 {
@@ -330,7 +331,7 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
     t0: usize,
     out: &mut [f32],
 ) {
-    let l = ALL[L as usize];
+    let l = Lane::ALL[L as usize];
     let (cpb, hdr, cb, bb) = (l.cpb(), l.hdr(), l.chunk_bytes(), l.block_bytes());
     const { assert!(T <= 8) };
     assert!(out.len() >= T * PR && p.len() >= panel_bytes(l, nch) && nch.is_multiple_of(cpb));

@@ -23,6 +23,8 @@ pub use gemm::PackedWeight;
 mod gemm512;
 #[cfg(target_arch = "x86_64")]
 mod lanes;
+#[cfg(target_arch = "x86_64")]
+mod lanes_avx2;
 mod ops;
 mod scalar;
 
@@ -358,7 +360,7 @@ pub fn matmul_many_with(
     match gemm_plan(isa, ws, n_tokens) {
         Gemm::All => {
             quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
-            run_gemm(&parts, n_tokens, ys, scratch);
+            run_gemm(isa, &parts, n_tokens, ys, scratch);
             return Ok(());
         }
         Gemm::Mixed => {
@@ -405,7 +407,7 @@ pub fn matmul_with(
     // One weight is never `Gemm::Mixed`.
     if gemm_plan(isa, std::slice::from_ref(w), n_tokens) == Gemm::All {
         quantize_act(isa, &mut scratch.act, x, n_tokens, cols);
-        run_gemm(&parts, n_tokens, &mut [y], scratch);
+        run_gemm(isa, &parts, n_tokens, &mut [y], scratch);
         return Ok(());
     }
     if let Some(k) = quant_kernel(w.ty, isa) {
