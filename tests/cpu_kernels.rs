@@ -375,7 +375,7 @@ fn avx512_packed_weights_match_per_call() {
     let other = WeightView::new(GgmlType::Q4_0, &data, 34, 32).unwrap();
     assert!(other.with_packed(&p).is_err());
     // Formats without a packed layout are not packed.
-    for ty in [GgmlType::Q2_K, GgmlType::TQ2_0, GgmlType::F16] {
+    for ty in [GgmlType::TQ1_0, GgmlType::TQ2_0, GgmlType::F16] {
         let (d, _) = gemm_inputs(ty, 3, 256, 1);
         let w = WeightView::new(ty, &d, 3, 256).unwrap();
         assert!(PackedWeight::pack(isa, &w).unwrap().is_none(), "{ty}");
@@ -399,6 +399,8 @@ fn packed_formats_match_oracle() {
         GgmlType::Q4_K,
         GgmlType::Q5_K,
         GgmlType::Q6_K,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
     ];
     let gemm_isas: Vec<Isa> = [Isa::Avx2, Isa::AvxVnni, Isa::Avx512Vnni]
         .into_iter()
@@ -423,7 +425,13 @@ fn packed_formats_match_oracle() {
             let w = WeightView::new(ty, &data, rows, cols).unwrap();
             let packed = PackedWeight::pack(isa, &w).unwrap().unwrap();
             let plain = w.row_bytes() * rows.div_ceil(16) * 16;
-            assert!(packed.bytes() >= plain && packed.bytes() <= plain + plain / 32);
+            // The file's bytes rearranged; the 6-bit scale tables of Q4_K, Q5_K and Q3_K
+            // widened to bytes (+2.8%, +2.3%, +3.6%).
+            let pb = packed.bytes();
+            assert!(
+                pb >= plain && pb <= plain + plain / 25,
+                "{ty}: {pb} vs {plain}"
+            );
             assert_eq!(
                 PackedWeight::bytes_for(isa, ty, rows, cols),
                 packed.bytes() as u64

@@ -118,8 +118,8 @@ pub struct PackedWeight {
 
 impl PackedWeight {
     /// Whether `isa` has a packed layout for `ty`: `Isa::Avx512Vnni` for Q4_0, Q4_1, Q8_0,
-    /// Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K; `Isa::AvxVnni` for the last six and `Isa::Avx2`
-    /// for the last five (`lanes_avx2`). `pack` returns `None` for the others.
+    /// Q5_0, Q5_1, IQ4_NL and Q2_K..Q6_K; `Isa::AvxVnni` for those but the first three, and
+    /// `Isa::Avx2` for those but IQ4_NL too (`lanes_avx2`). `pack` returns `None` for the others.
     pub fn supported(isa: Isa, ty: GgmlType) -> bool {
         #[cfg(target_arch = "x86_64")]
         {

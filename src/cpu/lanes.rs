@@ -1,5 +1,6 @@
-//! The AVX-512 VNNI GEMM's packed layouts and tile for Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and Q6_K
-//! (x86_64, `Isa::Avx512Vnni`): the formats of the "Q4_K_M"-style files people download.
+//! The AVX-512 VNNI GEMM's packed layouts and tile for Q5_0, Q5_1, IQ4_NL and the K-quants
+//! Q2_K..Q6_K (x86_64, `Isa::Avx512Vnni`): the formats of the "Q4_K_M"-style files people
+//! download. `lanes_avx2` reads the same panels on AVX2 and AVX-VNNI.
 //!
 //! As in `gemm512`, one zmm lane is one weight row: a panel of `PR` = 16 rows is stored so that
 //! group `g` (weights 4g..4g+4 of a 32-weight chunk) of all 16 rows is one zmm of 4-byte lanes,
@@ -11,21 +12,27 @@
 //! kernel whatever the batch.
 //!
 //! Panel layout, per block of `cpb` chunks (1 for the 32-weight formats, 8 for the K-quants):
-//! - header: [16 rows] f16 `d`; then [16 rows] f16 `m` (Q5_1) or `dmin` (Q4_K, Q5_K);
-//! - per chunk: the low 4 bits of the codes as [4][16 rows] dwords (byte i of a chunk's 16
-//!   holds weight i in its low nibble and weight i + 16 in its high one, as Q4_0 stores them);
-//!   then the bits above them: Q5 formats one [16 rows] dword plane (bit g + 8b = bit 4 of
-//!   weight 4g + b), Q6_K two (dword k, byte b, bits 2j..2j+2 = bits 4..6 of weight
-//!   4(4k + j) + b, Q6_K's own `qh` arrangement); then the K-quants' per-chunk integer scales:
-//!   [16] u8 `sc` and [16] u8 `m` (Q4_K, Q5_K) or [2 halves][16] i8 `sc` (Q6_K).
+//! - header: [16 rows] f16 `d`; then [16 rows] f16 `m` (Q5_1) or `dmin` (Q2_K, Q4_K, Q5_K);
+//! - per chunk, the base plane of the codes' low bits: 4 bits as [4][16 rows] dwords (byte i of
+//!   a chunk's 16 holds weight i in its low nibble and weight i + 16 in its high one, as Q4_0
+//!   stores them), or for Q2_K and Q3_K 2 bits as [2][16 rows] dwords (dword j, byte b, bits
+//!   2k..2k+2 = weight 4(4j + k) + b, Q2_K's own arrangement);
+//! - then the bits above them: Q5 formats and Q3_K one [16 rows] dword plane (bit g + 8b = bit
+//!   4, or 2, of weight 4g + b), Q6_K two (dword k, byte b, bits 2j..2j+2 = bits 4..6 of weight
+//!   4(4k + j) + b, Q6_K's own `qh` arrangement);
+//! - then the K-quants' per-chunk integer scales: [16] u8 `sc` and [16] u8 `m` (Q4_K, Q5_K), or
+//!   one scale per half chunk, [2 halves][16]: i8 `sc` (Q6_K; Q3_K's less 32) or Q2_K's bytes
+//!   as stored (scale in the low nibble, min in the high one).
 //!
-//! Each layout holds exactly the bits of the GGUF blocks (Q4_K and Q5_K's 6-bit scale tables
-//! widened to bytes: 2.8% and 2.3% more), so a packed weight costs what the file's does.
+//! Each layout holds exactly the bits of the GGUF blocks (Q4_K, Q5_K and Q3_K's 6-bit scale
+//! tables widened to bytes: 2.8%, 2.3% and 3.6% more), so a packed weight costs what the file's
+//! does.
 //!
 //! The per-chunk float scale `d * sc` (and `dmin * m`) is an exact f32 product (an f16 times an
 //! integer of at most 8 bits), made once per chunk of a panel and shared by the tile's tokens.
-//! The integer offsets of Q5_0 (16), IQ4_NL (the table shifted by 128 to unsigned bytes) and
-//! Q6_K (32, per half chunk) are subtracted exactly in i32 from the activations' integer sums.
+//! The integer offsets of Q5_0 (16), IQ4_NL (the table shifted by 128 to unsigned bytes), Q6_K
+//! (32) and Q3_K (4, these two per half chunk) are subtracted exactly in i32 from the
+//! activations' integer sums; Q2_K's mins are float terms per half chunk.
 #![allow(clippy::missing_safety_doc)]
 
 use std::arch::x86_64::*;
@@ -45,17 +52,21 @@ pub(crate) enum Lane {
     Q4K = 3,
     Q5K = 4,
     Q6K = 5,
+    Q2K = 6,
+    Q3K = 7,
 }
 
 impl Lane {
     /// Every format, indexed by its `u8` value.
-    pub(crate) const ALL: [Lane; 6] = [
+    pub(crate) const ALL: [Lane; 8] = [
         Lane::Q5_0,
         Lane::Q5_1,
         Lane::Iq4Nl,
         Lane::Q4K,
         Lane::Q5K,
         Lane::Q6K,
+        Lane::Q2K,
+        Lane::Q3K,
     ];
 
     pub(crate) fn of(ty: GgmlType) -> Option<Lane> {
@@ -66,6 +77,8 @@ impl Lane {
             GgmlType::Q4_K => Lane::Q4K,
             GgmlType::Q5_K => Lane::Q5K,
             GgmlType::Q6_K => Lane::Q6K,
+            GgmlType::Q2_K => Lane::Q2K,
+            GgmlType::Q3_K => Lane::Q3K,
             _ => return None,
         })
     }
@@ -74,14 +87,14 @@ impl Lane {
     pub(crate) const fn cpb(self) -> usize {
         match self {
             Lane::Q5_0 | Lane::Q5_1 | Lane::Iq4Nl => 1,
-            Lane::Q4K | Lane::Q5K | Lane::Q6K => 8,
+            Lane::Q4K | Lane::Q5K | Lane::Q6K | Lane::Q2K | Lane::Q3K => 8,
         }
     }
 
     /// f16 vectors in a block's header: `d`, and `m` or `dmin`.
     pub(crate) const fn hdr(self) -> usize {
         match self {
-            Lane::Q5_1 | Lane::Q4K | Lane::Q5K => 2,
+            Lane::Q5_1 | Lane::Q4K | Lane::Q5K | Lane::Q2K => 2,
             _ => 1,
         }
     }
@@ -89,22 +102,40 @@ impl Lane {
     /// Dword planes of high bits per chunk.
     pub(crate) const fn hi(self) -> usize {
         match self {
-            Lane::Q5_0 | Lane::Q5_1 | Lane::Q5K => 1,
+            Lane::Q5_0 | Lane::Q5_1 | Lane::Q5K | Lane::Q3K => 1,
             Lane::Q6K => 2,
             _ => 0,
         }
     }
 
+    /// Low bits of each code in the base plane: 4 (nibbles) or 2 (Q2_K, Q3_K).
+    pub(crate) const fn low(self) -> usize {
+        match self {
+            Lane::Q2K | Lane::Q3K => 2,
+            _ => 4,
+        }
+    }
+
+    /// Whether each half chunk has its own scale (Q6_K, Q2_K, Q3_K).
+    pub(crate) const fn split(self) -> bool {
+        matches!(self, Lane::Q6K | Lane::Q2K | Lane::Q3K)
+    }
+
     /// Bytes of per-chunk integer scales.
     pub(crate) const fn scb(self) -> usize {
         match self {
-            Lane::Q4K | Lane::Q5K | Lane::Q6K => 32,
+            Lane::Q4K | Lane::Q5K | Lane::Q6K | Lane::Q2K | Lane::Q3K => 32,
             _ => 0,
         }
     }
 
+    /// Bytes of a chunk's base plane of codes (16 rows).
+    pub(crate) const fn base(self) -> usize {
+        4 * self.low() * PR
+    }
+
     pub(crate) const fn chunk_bytes(self) -> usize {
-        256 + 64 * self.hi() + self.scb()
+        self.base() + 64 * self.hi() + self.scb()
     }
 
     /// Bytes of one block of a panel (16 rows).
@@ -130,25 +161,40 @@ fn rd_u16(b: &[u8], off: usize) -> u16 {
     u16::from_le_bytes([b[off], b[off + 1]])
 }
 
-/// Writes lane `r` of one chunk's codes `u` (at most 6 bits each) at `co`.
-fn put_codes(out: &mut [u8], co: usize, r: usize, hi: usize, u: &[u8; 32]) {
-    for g in 0..4 {
-        let mut v = 0u32;
-        for b in 0..4 {
-            let byte = (u[4 * g + b] & 15) | ((u[16 + 4 * g + b] & 15) << 4);
-            v |= (byte as u32) << (8 * b);
+/// Writes lane `r` of one chunk's codes `u` (at most 6 bits each) at `co`: the base plane of
+/// `low` bits per code, then `hi` planes of the bits above.
+fn put_codes(out: &mut [u8], co: usize, r: usize, low: usize, hi: usize, u: &[u8; 32]) {
+    if low == 4 {
+        for g in 0..4 {
+            let mut v = 0u32;
+            for b in 0..4 {
+                let byte = (u[4 * g + b] & 15) | ((u[16 + 4 * g + b] & 15) << 4);
+                v |= (byte as u32) << (8 * b);
+            }
+            put_u32(out, co + g * 64 + r * 4, v);
         }
-        put_u32(out, co + g * 64 + r * 4, v);
+    } else {
+        // Dword j, byte b, bits 2k..2k+2: weight 4(4j + k) + b (Q2_K's own arrangement).
+        for j in 0..2 {
+            let mut v = 0u32;
+            for k in 0..4 {
+                for b in 0..4 {
+                    v |= ((u[4 * (4 * j + k) + b] & 3) as u32) << (2 * k + 8 * b);
+                }
+            }
+            put_u32(out, co + j * 64 + r * 4, v);
+        }
     }
+    let hb = co + 4 * low * PR;
     match hi {
         1 => {
             let mut h = 0u32;
             for g in 0..8 {
                 for b in 0..4 {
-                    h |= (((u[4 * g + b] >> 4) & 1) as u32) << (g + 8 * b);
+                    h |= (((u[4 * g + b] >> low) & 1) as u32) << (g + 8 * b);
                 }
             }
-            put_u32(out, co + 256 + r * 4, h);
+            put_u32(out, hb + r * 4, h);
         }
         2 => {
             for k in 0..2 {
@@ -158,7 +204,7 @@ fn put_codes(out: &mut [u8], co: usize, r: usize, hi: usize, u: &[u8; 32]) {
                         h |= (((u[4 * (4 * k + j) + b] >> 4) & 3) as u32) << (2 * j + 8 * b);
                     }
                 }
-                put_u32(out, co + 256 + k * 64 + r * 4, h);
+                put_u32(out, hb + k * 64 + r * 4, h);
             }
         }
         _ => {}
@@ -173,7 +219,7 @@ fn codes<F: Format>(blk: &[u8], p: &F::P, c: usize, ch: &mut Chunk) -> [u8; 32] 
 
 /// Writes row `row` (one GGUF row of `nch` chunks) as lane `r` of the panel `out`.
 fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
-    let (bb, cb, hi) = (l.block_bytes(), l.chunk_bytes(), l.hi());
+    let (bb, cb, hi, low) = (l.block_bytes(), l.chunk_bytes(), l.hi(), l.low());
     let mut ch = Chunk::default();
     let co = |bi: usize, k: usize| bi * bb + 32 * l.hdr() + k * cb;
     for bi in 0..nch / l.cpb() {
@@ -187,6 +233,7 @@ fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
                     out,
                     co(bi, 0),
                     r,
+                    low,
                     hi,
                     &codes::<formats::Q5_0>(blk, &p, 0, &mut ch),
                 );
@@ -200,6 +247,7 @@ fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
                     out,
                     co(bi, 0),
                     r,
+                    low,
                     hi,
                     &codes::<formats::Q5_1>(blk, &p, 0, &mut ch),
                 );
@@ -209,7 +257,7 @@ fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
                 put_u16(out, o + 2 * r, rd_u16(blk, 0));
                 let qs = &blk[2..18];
                 let u: [u8; 32] = std::array::from_fn(|i| (qs[i % 16] >> (4 * (i / 16))) & 15);
-                put_codes(out, co(bi, 0), r, hi, &u);
+                put_codes(out, co(bi, 0), r, low, hi, &u);
             }
             Lane::Q4K | Lane::Q5K => {
                 let bytes = if l == Lane::Q4K { 144 } else { 176 };
@@ -223,8 +271,8 @@ fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
                     } else {
                         codes::<formats::Q5_K>(blk, &p, k, &mut ch)
                     };
-                    put_codes(out, co(bi, k), r, hi, &u);
-                    let s = co(bi, k) + 256 + 64 * hi;
+                    put_codes(out, co(bi, k), r, low, hi, &u);
+                    let s = co(bi, k) + l.base() + 64 * hi;
                     out[s + r] = p.sc[k];
                     out[s + 16 + r] = p.m[k];
                 }
@@ -238,12 +286,51 @@ fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
                         out,
                         co(bi, k),
                         r,
+                        low,
                         hi,
                         &codes::<formats::Q6_K>(blk, &p, k, &mut ch),
                     );
-                    let s = co(bi, k) + 256 + 64 * hi;
+                    let s = co(bi, k) + l.base() + 64 * hi;
                     out[s + r] = blk[192 + 2 * k];
                     out[s + 16 + r] = blk[192 + 2 * k + 1];
+                }
+            }
+            Lane::Q2K => {
+                let blk = &row[84 * bi..84 * (bi + 1)];
+                put_u16(out, o + 2 * r, rd_u16(blk, 80));
+                put_u16(out, o + 32 + 2 * r, rd_u16(blk, 82));
+                let p = formats::Q2_K::params(blk);
+                for k in 0..8 {
+                    put_codes(
+                        out,
+                        co(bi, k),
+                        r,
+                        low,
+                        hi,
+                        &codes::<formats::Q2_K>(blk, &p, k, &mut ch),
+                    );
+                    // Each half's byte as stored: scale in the low nibble, min in the high.
+                    let s = co(bi, k) + l.base() + 64 * hi;
+                    out[s + r] = blk[2 * k];
+                    out[s + 16 + r] = blk[2 * k + 1];
+                }
+            }
+            Lane::Q3K => {
+                let blk = &row[110 * bi..110 * (bi + 1)];
+                put_u16(out, o + 2 * r, rd_u16(blk, 108));
+                let p = formats::Q3_K::params(blk);
+                for k in 0..8 {
+                    put_codes(
+                        out,
+                        co(bi, k),
+                        r,
+                        low,
+                        hi,
+                        &codes::<formats::Q3_K>(blk, &p, k, &mut ch),
+                    );
+                    let s = co(bi, k) + l.base() + 64 * hi;
+                    out[s + r] = p.1[2 * k] as u8;
+                    out[s + 16 + r] = p.1[2 * k + 1] as u8;
                 }
             }
         }
@@ -317,6 +404,26 @@ unsafe fn high_bits<const HI: usize>(h: &[__m512i; 2], g: usize) -> __m512i {
 /// KiB, 20.9 with 4 KiB). Prefill tiles reread their panel from L1 and skip it.
 pub(crate) const PREFETCH: usize = 2048;
 
+/// Bit 2 of group `g`'s codes (Q3_K's high bit plane: bit g + 8b of `h` is bit 2 of weight
+/// 4g + b) moved to bit 2 of each byte.
+///
+/// # Safety
+/// AVX-512F must be available.
+#[inline(always)]
+unsafe fn bit2(h: __m512i, g: usize) -> __m512i {
+    let v = match g {
+        0 => _mm512_slli_epi32(h, 2),
+        1 => _mm512_slli_epi32(h, 1),
+        2 => h,
+        3 => _mm512_srli_epi32(h, 1),
+        4 => _mm512_srli_epi32(h, 2),
+        5 => _mm512_srli_epi32(h, 3),
+        6 => _mm512_srli_epi32(h, 4),
+        _ => _mm512_srli_epi32(h, 5),
+    };
+    _mm512_and_si512(v, _mm512_set1_epi8(4))
+}
+
 /// out[t * 16 + r] = panel row r · activation t0 + t, for T tokens; L is the format
 /// (`Lane as u8`).
 ///
@@ -340,16 +447,20 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
     let mut xp = [std::ptr::null::<f32>(); T];
     let mut op = [std::ptr::null::<i32>(); T];
     for t in 0..T {
-        let (q, d, _) = act.token(t0 + t);
-        let xs = act.xs32(t0 + t);
+        let (q, d, xh) = act.token(t0 + t);
+        // Q2_K's mins are per half chunk: the activations' scaled half sums.
+        let xs = if l == Lane::Q2K { xh } else { act.xs32(t0 + t) };
         let os = match l {
-            Lane::Q6K => act.h16(t0 + t),
+            Lane::Q6K | Lane::Q2K | Lane::Q3K => act.h16(t0 + t),
             Lane::Iq4Nl => act.offs(t0 + t, IntOff::O128),
             _ => act.offs(t0 + t, IntOff::O8),
         };
         assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch && os.len() >= nch);
-        if l == Lane::Q6K {
+        if l.split() {
             assert!(os.len() >= 2 * nch);
+        }
+        if l == Lane::Q2K {
+            assert!(xs.len() >= 2 * nch);
         }
         qp[t] = q.as_ptr() as *const i32;
         dp[t] = d.as_ptr();
@@ -382,24 +493,52 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                     }
                 }
                 let wq = base as *const __m512i;
-                let v: [__m512i; 4] = std::array::from_fn(|j| _mm512_loadu_si512(wq.add(j)));
-                let mut w: [__m512i; 8] = std::array::from_fn(|g| {
-                    let x = if g < 4 {
-                        v[g]
+                // The base plane: 4 (nibbles) or 2 (2-bit codes) zmm of 16 rows.
+                let nv = l.low();
+                let v: [__m512i; 4] = std::array::from_fn(|j| {
+                    if j < nv {
+                        _mm512_loadu_si512(wq.add(j))
                     } else {
-                        _mm512_srli_epi32(v[g - 4], 4)
-                    };
-                    _mm512_and_si512(x, lo4)
+                        _mm512_setzero_si512()
+                    }
                 });
-                match l.hi() {
-                    1 => {
-                        let h = [_mm512_loadu_si512(wq.add(4)), _mm512_setzero_si512()];
+                let mut w: [__m512i; 8] = if nv == 4 {
+                    std::array::from_fn(|g| {
+                        let x = if g < 4 {
+                            v[g]
+                        } else {
+                            _mm512_srli_epi32(v[g - 4], 4)
+                        };
+                        _mm512_and_si512(x, lo4)
+                    })
+                } else {
+                    // Group 4j + k: bits 2k.. of plane j.
+                    std::array::from_fn(|g| {
+                        let x = match g % 4 {
+                            0 => v[g / 4],
+                            1 => _mm512_srli_epi32(v[g / 4], 2),
+                            2 => _mm512_srli_epi32(v[g / 4], 4),
+                            _ => _mm512_srli_epi32(v[g / 4], 6),
+                        };
+                        _mm512_and_si512(x, _mm512_set1_epi8(3))
+                    })
+                };
+                let hp = wq.add(nv);
+                match (l.hi(), nv) {
+                    (1, 4) => {
+                        let h = [_mm512_loadu_si512(hp), _mm512_setzero_si512()];
                         for (g, wg) in w.iter_mut().enumerate() {
                             *wg = _mm512_or_si512(*wg, high_bits::<1>(&h, g));
                         }
                     }
-                    2 => {
-                        let h = [_mm512_loadu_si512(wq.add(4)), _mm512_loadu_si512(wq.add(5))];
+                    (1, _) => {
+                        let h = _mm512_loadu_si512(hp);
+                        for (g, wg) in w.iter_mut().enumerate() {
+                            *wg = _mm512_or_si512(*wg, bit2(h, g));
+                        }
+                    }
+                    (2, _) => {
+                        let h = [_mm512_loadu_si512(hp), _mm512_loadu_si512(hp.add(1))];
                         for (g, wg) in w.iter_mut().enumerate() {
                             *wg = _mm512_or_si512(*wg, high_bits::<2>(&h, g));
                         }
@@ -411,7 +550,8 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                         *wg = _mm512_shuffle_epi8(lut, *wg);
                     }
                 }
-                let sp = base.add(256 + 64 * l.hi()) as *const __m128i;
+                let sp = base.add(l.base() + 64 * l.hi()) as *const __m128i;
+                let mut q2_mins = [_mm512_setzero_ps(); 2];
                 let (s0, s1, mc) = match l {
                     Lane::Q4K | Lane::Q5K => {
                         let sc = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(sp)));
@@ -420,11 +560,24 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                         let s = _mm512_mul_ps(dv, sc);
                         (s, s, _mm512_mul_ps(mv, m))
                     }
-                    Lane::Q6K => {
+                    Lane::Q6K | Lane::Q3K => {
                         let a = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sp)));
                         let b =
                             _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_loadu_si128(sp.add(1))));
                         (_mm512_mul_ps(dv, a), _mm512_mul_ps(dv, b), mv)
+                    }
+                    Lane::Q2K => {
+                        // Half h's byte: scale in the low nibble, min in the high one.
+                        let lo = _mm_set1_epi8(15);
+                        let (h0, h1) = (_mm_loadu_si128(sp), _mm_loadu_si128(sp.add(1)));
+                        let f = |v: __m128i| _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(v));
+                        let sc0 = f(_mm_and_si128(h0, lo));
+                        let sc1 = f(_mm_and_si128(h1, lo));
+                        q2_mins = [
+                            _mm512_mul_ps(mv, f(_mm_and_si128(_mm_srli_epi16(h0, 4), lo))),
+                            _mm512_mul_ps(mv, f(_mm_and_si128(_mm_srli_epi16(h1, 4), lo))),
+                        ];
+                        (_mm512_mul_ps(dv, sc0), _mm512_mul_ps(dv, sc1), mv)
                     }
                     _ => (dv, dv, mv),
                 };
@@ -434,10 +587,16 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                         if $t < T {
                             let q = qp[$t].add(8 * c);
                             let dx = _mm512_set1_ps(*dp[$t].add(c));
-                            if l == Lane::Q6K {
-                                // Halves kept apart: each has its own scale.
-                                let mut a = _mm512_set1_epi32(-32 * *op[$t].add(2 * c));
-                                let mut b = _mm512_set1_epi32(-32 * *op[$t].add(2 * c + 1));
+                            if l.split() {
+                                // Halves kept apart: each has its own scale. Offsets: Q6_K 32,
+                                // Q3_K 4, Q2_K none (its mins are float terms).
+                                let o = match l {
+                                    Lane::Q6K => -32,
+                                    Lane::Q3K => -4,
+                                    _ => 0,
+                                };
+                                let mut a = _mm512_set1_epi32(o * *op[$t].add(2 * c));
+                                let mut b = _mm512_set1_epi32(o * *op[$t].add(2 * c + 1));
                                 for g in 0..4 {
                                     let x0 = _mm512_set1_epi32(q.add(g).read_unaligned());
                                     a = _mm512_dpbusd_epi32(a, w[g], x0);
@@ -448,6 +607,13 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                                 f[$t] = _mm512_fmadd_ps(fa, _mm512_mul_ps(s0, dx), f[$t]);
                                 let fb = _mm512_cvtepi32_ps(b);
                                 f[$t] = _mm512_fmadd_ps(fb, _mm512_mul_ps(s1, dx), f[$t]);
+                                if l == Lane::Q2K {
+                                    // w = d sc q - dmin m per half.
+                                    let x0 = _mm512_set1_ps(*xp[$t].add(2 * c));
+                                    f[$t] = _mm512_fnmadd_ps(q2_mins[0], x0, f[$t]);
+                                    let x1 = _mm512_set1_ps(*xp[$t].add(2 * c + 1));
+                                    f[$t] = _mm512_fnmadd_ps(q2_mins[1], x1, f[$t]);
+                                }
                             } else {
                                 // Two chains of 4 so more `vpdpbusd` are in flight; Q5_0 and
                                 // IQ4_NL start from their exact offset term -O Σ q.
@@ -512,6 +678,8 @@ pub(crate) unsafe fn tile_n(
                     Lane::Q4K => tile::<$n, 3>(p, nch, act, t0, o),
                     Lane::Q5K => tile::<$n, 4>(p, nch, act, t0, o),
                     Lane::Q6K => tile::<$n, 5>(p, nch, act, t0, o),
+                    Lane::Q2K => tile::<$n, 6>(p, nch, act, t0, o),
+                    Lane::Q3K => tile::<$n, 7>(p, nch, act, t0, o),
                 }, )*
                 _ => match l {
                     Lane::Q5_0 => tile::<8, 0>(p, nch, act, t0, o),
@@ -520,6 +688,8 @@ pub(crate) unsafe fn tile_n(
                     Lane::Q4K => tile::<8, 3>(p, nch, act, t0, o),
                     Lane::Q5K => tile::<8, 4>(p, nch, act, t0, o),
                     Lane::Q6K => tile::<8, 5>(p, nch, act, t0, o),
+                    Lane::Q2K => tile::<8, 6>(p, nch, act, t0, o),
+                    Lane::Q3K => tile::<8, 7>(p, nch, act, t0, o),
                 },
             }
         };

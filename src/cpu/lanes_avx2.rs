@@ -67,6 +67,25 @@ unsafe fn high_bits(h: &[__m256i; 2], hi: usize, g: usize) -> __m256i {
     }
 }
 
+/// Bit 2 of group `g`'s codes moved to bit 2 of each byte (as `lanes::bit2`).
+#[inline(always)]
+unsafe fn bit2(h: __m256i, g: usize) -> __m256i {
+    // SAFETY: the callers run with AVX2 enabled.
+    unsafe {
+        let v = match g {
+            0 => _mm256_slli_epi32(h, 2),
+            1 => _mm256_slli_epi32(h, 1),
+            2 => h,
+            3 => _mm256_srli_epi32(h, 1),
+            4 => _mm256_srli_epi32(h, 2),
+            5 => _mm256_srli_epi32(h, 3),
+            6 => _mm256_srli_epi32(h, 4),
+            _ => _mm256_srli_epi32(h, 5),
+        };
+        _mm256_and_si256(v, _mm256_set1_epi8(4))
+    }
+}
+
 /// The tile, stamped out once per instruction set (target features are per function: the
 /// AVX2 copy must never contain AVX-VNNI code).
 macro_rules! tiles {
@@ -100,15 +119,17 @@ macro_rules! tiles {
                 let mut xp = [std::ptr::null::<f32>(); T];
                 let mut op = [std::ptr::null::<i32>(); T];
                 for t in 0..T {
-                    let (q, d, _) = act.token(t0 + t);
-                    let xs = act.xs32(t0 + t);
+                    let (q, d, xh) = act.token(t0 + t);
+                    let xs = if l == Lane::Q2K { xh } else { act.xs32(t0 + t) };
                     let os = match l {
-                        Lane::Q6K => act.h16(t0 + t),
+                        Lane::Q6K | Lane::Q2K | Lane::Q3K => act.h16(t0 + t),
                         Lane::Iq4Nl => act.offs(t0 + t, IntOff::O128),
                         _ => act.offs(t0 + t, IntOff::O8),
                     };
-                    assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= nch);
-                    assert!(os.len() >= if l == Lane::Q6K { 2 * nch } else { nch });
+                    let per = if l.split() { 2 * nch } else { nch };
+                    let xper = if l == Lane::Q2K { 2 * nch } else { nch };
+                    assert!(q.len() >= nch * 32 && d.len() >= nch && xs.len() >= xper);
+                    assert!(os.len() >= per);
                     qp[t] = q.as_ptr() as *const i32;
                     dp[t] = d.as_ptr();
                     xp[t] = xs.as_ptr();
@@ -152,26 +173,52 @@ macro_rules! tiles {
                                         o += 64;
                                     }
                                 }
-                                let v: [__m256i; 4] = std::array::from_fn(|j| ld(64 * j));
-                                let mut w: [__m256i; 8] = std::array::from_fn(|g| {
-                                    let x = if g < 4 {
-                                        v[g]
+                                let nv = l.low();
+                                let v: [__m256i; 4] = std::array::from_fn(|j| {
+                                    if j < nv {
+                                        ld(64 * j)
                                     } else {
-                                        _mm256_srli_epi32(v[g - 4], 4)
-                                    };
-                                    _mm256_and_si256(x, lo4)
+                                        _mm256_setzero_si256()
+                                    }
                                 });
+                                let mut w: [__m256i; 8] = if nv == 4 {
+                                    std::array::from_fn(|g| {
+                                        let x = if g < 4 {
+                                            v[g]
+                                        } else {
+                                            _mm256_srli_epi32(v[g - 4], 4)
+                                        };
+                                        _mm256_and_si256(x, lo4)
+                                    })
+                                } else {
+                                    // Group 4j + k: bits 2k.. of plane j.
+                                    std::array::from_fn(|g| {
+                                        let x = match g % 4 {
+                                            0 => v[g / 4],
+                                            1 => _mm256_srli_epi32(v[g / 4], 2),
+                                            2 => _mm256_srli_epi32(v[g / 4], 4),
+                                            _ => _mm256_srli_epi32(v[g / 4], 6),
+                                        };
+                                        _mm256_and_si256(x, _mm256_set1_epi8(3))
+                                    })
+                                };
+                                let hb = l.base();
                                 if hi > 0 {
                                     let hv = [
-                                        ld(256),
+                                        ld(hb),
                                         if hi == 2 {
-                                            ld(320)
+                                            ld(hb + 64)
                                         } else {
                                             _mm256_setzero_si256()
                                         },
                                     ];
                                     for (g, wg) in w.iter_mut().enumerate() {
-                                        *wg = _mm256_or_si256(*wg, high_bits(&hv, hi, g));
+                                        let b = if nv == 4 {
+                                            high_bits(&hv, hi, g)
+                                        } else {
+                                            bit2(hv[0], g)
+                                        };
+                                        *wg = _mm256_or_si256(*wg, b);
                                     }
                                 }
                                 if l == Lane::Iq4Nl {
@@ -179,8 +226,9 @@ macro_rules! tiles {
                                         *wg = _mm256_shuffle_epi8(lut, *wg);
                                     }
                                 }
-                                let sp = base.add(256 + 64 * hi + 8 * h);
+                                let sp = base.add(hb + 64 * hi + 8 * h);
                                 let b8 = |o: usize| _mm_loadl_epi64(sp.add(o) as *const __m128i);
+                                let mut q2_mins = [_mm256_setzero_ps(); 2];
                                 let (s0, s1, mc) = match l {
                                     Lane::Q4K | Lane::Q5K => {
                                         let sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(b8(0)));
@@ -188,10 +236,30 @@ macro_rules! tiles {
                                         let s = _mm256_mul_ps(dv, sc);
                                         (s, s, _mm256_mul_ps(mv, m))
                                     }
-                                    Lane::Q6K => {
+                                    Lane::Q6K | Lane::Q3K => {
                                         let a = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8(0)));
                                         let b = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b8(16)));
                                         (_mm256_mul_ps(dv, a), _mm256_mul_ps(dv, b), mv)
+                                    }
+                                    Lane::Q2K => {
+                                        // Scale in the low nibble, min in the high one.
+                                        let lo = _mm_set1_epi8(15);
+                                        let (h0, h1) = (b8(0), b8(16));
+                                        let f = |v: __m128i| {
+                                            _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v))
+                                        };
+                                        let nib = |v: __m128i| _mm_and_si128(v, lo);
+                                        let top =
+                                            |v: __m128i| _mm_and_si128(_mm_srli_epi16(v, 4), lo);
+                                        q2_mins = [
+                                            _mm256_mul_ps(mv, f(top(h0))),
+                                            _mm256_mul_ps(mv, f(top(h1))),
+                                        ];
+                                        (
+                                            _mm256_mul_ps(dv, f(nib(h0))),
+                                            _mm256_mul_ps(dv, f(nib(h1))),
+                                            mv,
+                                        )
                                     }
                                     _ => (dv, dv, mv),
                                 };
@@ -199,9 +267,14 @@ macro_rules! tiles {
                                     let q = qp[t].add(8 * c);
                                     let x = |g: usize| _mm256_set1_epi32(q.add(g).read_unaligned());
                                     let dx = _mm256_set1_ps(*dp[t].add(c));
-                                    if l == Lane::Q6K {
-                                        let mut a = _mm256_set1_epi32(-32 * *op[t].add(2 * c));
-                                        let mut b = _mm256_set1_epi32(-32 * *op[t].add(2 * c + 1));
+                                    if l.split() {
+                                        let o = match l {
+                                            Lane::Q6K => -32,
+                                            Lane::Q3K => -4,
+                                            _ => 0,
+                                        };
+                                        let mut a = _mm256_set1_epi32(o * *op[t].add(2 * c));
+                                        let mut b = _mm256_set1_epi32(o * *op[t].add(2 * c + 1));
                                         for g in 0..4 {
                                             a = $dot(a, w[g], x(g));
                                             b = $dot(b, w[g + 4], x(g + 4));
@@ -210,6 +283,12 @@ macro_rules! tiles {
                                         f[t] = _mm256_fmadd_ps(fa, _mm256_mul_ps(s0, dx), f[t]);
                                         let fb = _mm256_cvtepi32_ps(b);
                                         f[t] = _mm256_fmadd_ps(fb, _mm256_mul_ps(s1, dx), f[t]);
+                                        if l == Lane::Q2K {
+                                            let x0 = _mm256_set1_ps(*xp[t].add(2 * c));
+                                            f[t] = _mm256_fnmadd_ps(q2_mins[0], x0, f[t]);
+                                            let x1 = _mm256_set1_ps(*xp[t].add(2 * c + 1));
+                                            f[t] = _mm256_fnmadd_ps(q2_mins[1], x1, f[t]);
+                                        }
                                     } else {
                                         let mut a = match l {
                                             Lane::Q5_0 => _mm256_set1_epi32(2 * *op[t].add(c)),
@@ -265,6 +344,8 @@ macro_rules! tiles {
                             Lane::Q4K => tile::<$n, 3>(p, nch, act, t0, o),
                             Lane::Q5K => tile::<$n, 4>(p, nch, act, t0, o),
                             Lane::Q6K => tile::<$n, 5>(p, nch, act, t0, o),
+                            Lane::Q2K => tile::<$n, 6>(p, nch, act, t0, o),
+                            Lane::Q3K => tile::<$n, 7>(p, nch, act, t0, o),
                         }
                     };
                 }

@@ -120,9 +120,10 @@ pub enum Isa {
     /// `Avx2` plus AVX-VNNI: the integer dot products of formats without per-half multipliers
     /// (Q4_0, Q4_1, Q5_x, Q8_0, IQ4_NL, TQ2_0) in one `vpdpbusd` instead of two instructions.
     AvxVnni,
-    /// `AvxVnni` plus AVX-512 F/BW/VNNI: Q4_0, Q4_1 and Q8_0 weights, and Q5_0, Q5_1, IQ4_NL,
-    /// Q4_K, Q5_K and Q6_K weights packed at load, run a 16-row x 8-token register-blocked GEMM
-    /// (`gemm512`, `lanes`) for every batch size; everything else as `AvxVnni`.
+    /// `AvxVnni` plus AVX-512 F/BW/VNNI: Q4_0, Q4_1 and Q8_0 weights, and Q5_0, Q5_1, IQ4_NL and
+    /// Q2_K..Q6_K weights packed at load, run a 16-row x 8-token register-blocked GEMM
+    /// (`gemm512`, `lanes`) for every batch size; everything else as `AvxVnni`. (Without
+    /// AVX-512, the packed formats run `lanes_avx2`'s 8-row x 4-token GEMM.)
     Avx512Vnni,
 }
 
