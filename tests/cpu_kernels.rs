@@ -199,23 +199,7 @@ fn scalar_and_avx2_agree() {
         let mut scratch = MatmulScratch::default();
         cpu::matmul_with(Isa::Scalar, &w, &x, n, &mut ys, &mut scratch).unwrap();
         cpu::matmul_with(Isa::Avx2, &w, &x, n, &mut ya, &mut scratch).unwrap();
-        let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
-        for i in 0..n * rows {
-            let (t, r) = (i / rows, i % rows);
-            let wr = &wf[r * cols..(r + 1) * cols];
-            let xt = &x[t * cols..(t + 1) * cols];
-            let eps = f32::EPSILON as f64;
-            let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-            let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
-            let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
-            let d = (ys[i] as f64 - ya[i] as f64).abs();
-            assert!(
-                d <= tol,
-                "{ty} y[{t}][{r}]: scalar {} avx2 {} diff {d:e} > {tol:e}",
-                ys[i],
-                ya[i]
-            );
-        }
+        assert_f32_close(&ty.to_string(), &w, &x, n, (&ys, "scalar"), (&ya, "avx2"));
     }
 }
 
@@ -284,23 +268,14 @@ fn avx512_gemm_matches_oracle_and_vnni() {
                 ya[t * rows..],
                 "{ty} {rows}x{cols}: token {t} alone vs in a batch"
             );
-            let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
-            for i in 0..n * rows {
-                let (t, r) = (i / rows, i % rows);
-                let wr = &wf[r * cols..(r + 1) * cols];
-                let xt = &x[t * cols..(t + 1) * cols];
-                let eps = f32::EPSILON as f64;
-                let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-                let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
-                let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
-                let d = (ya[i] as f64 - yb[i] as f64).abs();
-                assert!(
-                    d <= tol,
-                    "{ty} {rows}x{cols} n={n} y[{t}][{r}]: avx512 {} vnni {} diff {d:e} > {tol:e}",
-                    ya[i],
-                    yb[i]
-                );
-            }
+            assert_f32_close(
+                &format!("{ty} {rows}x{cols} n={n}"),
+                &w,
+                &x,
+                n,
+                (&ya, "avx512"),
+                (&yb, "vnni"),
+            );
         }
     }
 }
@@ -452,23 +427,7 @@ fn packed_formats_match_oracle() {
             let mut yr = vec![f32::NAN; n * rows];
             cpu::matmul_with(row_isa, &w, &x, n, &mut yr, &mut s).unwrap();
             assert_eq!(yv, yr, "{what}: unpacked runs the row kernels");
-            let wf = kernels_ref::dequantize_vec(ty, &data, rows * cols).unwrap();
-            for i in 0..n * rows {
-                let (t, r) = (i / rows, i % rows);
-                let wr = &wf[r * cols..(r + 1) * cols];
-                let xt = &x[t * cols..(t + 1) * cols];
-                let eps = f32::EPSILON as f64;
-                let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
-                let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
-                let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
-                let d = (y[i] as f64 - yv[i] as f64).abs();
-                assert!(
-                    d <= tol,
-                    "{what} y[{t}][{r}]: gemm {} row kernel {} diff {d:e}",
-                    y[i],
-                    yv[i]
-                );
-            }
+            assert_f32_close(&what, &w, &x, n, (&y, "gemm"), (&yv, "row kernel"));
             for t in [0, n / 2, n - 1] {
                 let y1 = mm(isa, &wp, &x[t * cols..(t + 1) * cols], 1);
                 assert_eq!(y1, y[t * rows..(t + 1) * rows], "{what}: token {t} alone");
@@ -642,5 +601,35 @@ fn real_model_weights_match_oracle() {
                 }
             }
         }
+    }
+}
+
+/// Two paths' outputs y: [n][rows] of x · wᵀ that differ only in f32 summation order agree to
+/// the f32 part of the tolerance: 8 eps (cols / 8 + 8) 3 max|w| Σ|x|.
+fn assert_f32_close(
+    what: &str,
+    w: &WeightView,
+    x: &[f32],
+    n: usize,
+    (a, an): (&[f32], &str),
+    (b, bn): (&[f32], &str),
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    let wf = kernels_ref::dequantize_vec(w.ty, w.data, rows * cols).unwrap();
+    for i in 0..n * rows {
+        let (t, r) = (i / rows, i % rows);
+        let wr = &wf[r * cols..(r + 1) * cols];
+        let xt = &x[t * cols..(t + 1) * cols];
+        let eps = f32::EPSILON as f64;
+        let wmax = wr.iter().fold(0f32, |m, v| m.max(v.abs())) as f64;
+        let sum_x: f64 = xt.iter().map(|v| v.abs() as f64).sum();
+        let tol = 8.0 * eps * (cols as f64 / 8.0 + 8.0) * 3.0 * wmax * sum_x;
+        let d = (a[i] as f64 - b[i] as f64).abs();
+        assert!(
+            d <= tol,
+            "{what} y[{t}][{r}]: {an} {} {bn} {} diff {d:e} > {tol:e}",
+            a[i],
+            b[i]
+        );
     }
 }

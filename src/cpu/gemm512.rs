@@ -291,11 +291,7 @@ unsafe fn tile<const T: usize, const F: u8>(
             let base = p.as_ptr().add(c * cs);
             if T == 1 {
                 // As `lanes::tile`: decode streams each weight once.
-                let mut o = 0;
-                while o < cs {
-                    _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(lanes::PREFETCH + o) as *const i8);
-                    o += 64;
-                }
+                lanes::prefetch_ahead(base, cs);
             }
             let wq = base as *const __m512i;
             let w: [__m512i; 8] = if fmt == Fmt::Q8_0 {

@@ -404,6 +404,19 @@ unsafe fn high_bits<const HI: usize>(h: &[__m512i; 2], g: usize) -> __m512i {
 /// KiB, 20.9 with 4 KiB). Prefill tiles reread their panel from L1 and skip it.
 pub(crate) const PREFETCH: usize = 2048;
 
+/// Asks the cache for the `bytes` bytes `PREFETCH` ahead of `base` (a one-token tile's chunk).
+/// The addresses may lie past the weight: a prefetch never faults.
+#[inline(always)]
+pub(crate) fn prefetch_ahead(base: *const u8, bytes: usize) {
+    let mut o = 0;
+    while o < bytes {
+        // SAFETY: a prefetch is a hint that reads nothing architecturally and cannot fault,
+        // whatever the address; SSE is part of x86_64.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH + o) as *const i8) };
+        o += 64;
+    }
+}
+
 /// Bit 2 of group `g`'s codes (Q3_K's high bit plane: bit g + 8b of `h` is bit 2 of weight
 /// 4g + b) moved to bit 2 of each byte.
 ///
@@ -486,11 +499,7 @@ pub(crate) unsafe fn tile<const T: usize, const L: u8>(
                 let c = bi * cpb + k;
                 let base = blk.add(32 * hdr + k * cb);
                 if T == 1 {
-                    let mut o = 0;
-                    while o < cb {
-                        _mm_prefetch::<_MM_HINT_T0>(base.wrapping_add(PREFETCH + o) as *const i8);
-                        o += 64;
-                    }
+                    prefetch_ahead(base, cb);
                 }
                 let wq = base as *const __m512i;
                 // The base plane: 4 (nibbles) or 2 (2-bit codes) zmm of 16 rows.

@@ -12,7 +12,7 @@ use std::arch::x86_64::*;
 
 use super::act::{IntOff, QAct};
 use super::gemm512::PR;
-use super::lanes::{panel_bytes, Lane, IQ4NL_LUT};
+use super::lanes::{panel_bytes, prefetch_ahead, Lane, IQ4NL_LUT};
 
 /// Tokens per tile.
 pub(crate) const TT: usize = 4;
@@ -165,13 +165,7 @@ macro_rules! tiles {
                                 };
                                 if T == 1 {
                                     // As `lanes::tile`: decode streams each weight once.
-                                    let mut o = 0;
-                                    while o < cb {
-                                        let a =
-                                            base.wrapping_add(super::super::lanes::PREFETCH + o);
-                                        _mm_prefetch::<_MM_HINT_T0>(a as *const i8);
-                                        o += 64;
-                                    }
+                                    prefetch_ahead(base, cb);
                                 }
                                 let nv = l.low();
                                 let v: [__m256i; 4] = std::array::from_fn(|j| {
