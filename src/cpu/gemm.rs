@@ -39,24 +39,15 @@ pub(super) fn gemm_plan(isa: Isa, ws: &[WeightView], n_tokens: usize) -> Gemm {
     }
 }
 
-/// The GEMM layout `w` runs in on `isa`, if any. The formats of `lanes` are packed by a
-/// portable packer that is too slow to run per call, so they take the GEMM only with a copy
-/// packed at load; without one (`--no-repack`, blocks streamed from storage) they run the row
-/// kernels for every batch size alike. Without AVX-512 only those packed formats have a GEMM
-/// (`lanes_avx2`); Q4_0, Q4_1 and Q8_0 keep their row kernels there.
+/// The GEMM layout `w` runs in on `isa`, if any: a format `isa` has a packed layout for
+/// (`PackedWeight::supported`). The formats of `lanes` are packed by a portable packer that is
+/// too slow to run per call, so they take the GEMM only with a copy packed at load; without
+/// one (`--no-repack`, blocks streamed from storage) they run the row kernels for every batch
+/// size alike.
 #[cfg(target_arch = "x86_64")]
 fn gemm_fmt(isa: Isa, w: &WeightView) -> Option<gemm512::Kind> {
-    use gemm512::Kind;
-    let k = Kind::of(w.ty).filter(|_| w.cols > 0)?;
-    let packed = w.packed.is_some();
-    match (isa, k) {
-        (Isa::Avx512Vnni, Kind::Gathered(_)) => Some(k),
-        (Isa::Avx512Vnni, Kind::Packed(_)) => packed.then_some(k),
-        (Isa::Avx2 | Isa::AvxVnni, Kind::Packed(l)) => {
-            (packed && lanes_avx2::supported(l, isa == Isa::AvxVnni)).then_some(k)
-        }
-        _ => None,
-    }
+    let k = gemm512::Kind::of(w.ty).filter(|_| w.cols > 0 && PackedWeight::supported(isa, w.ty))?;
+    (matches!(k, gemm512::Kind::Gathered(_)) || w.packed.is_some()).then_some(k)
 }
 
 /// The GEMM over `parts` on `isa` (`gemm_plan` returned `All`, same cols) with `scratch.act`
@@ -85,8 +76,8 @@ pub(super) fn run_gemm(
         let nch = parts.first().map_or(0, |(w, _)| w.cols / 32);
         // SAFETY: gemm_plan returned All only for formats `isa` has a GEMM for (AVX2 and
         // AVX-VNNI: packed `lanes` formats it supports, each with its packed copy), and
-        // check_args verified `isa`'s availability; check_args also verified every part's byte size (rows x rb
-        // bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols; a packed
+        // check_args verified `isa`'s availability; check_args also verified every part's byte
+        // size (rows x rb bytes, rb = cols / 32 blocks) and ys' lengths; all parts share x's cols; a packed
         // copy's size was checked by `WeightView::with_packed`.
         unsafe {
             gemm512::run(

@@ -9,7 +9,7 @@
 //! token is 8 `vpdpbusd` + one conversion + one FMA (two for Q4_1) for 16 x 32 multiply-adds,
 //! and the scales are a vector of the 16 rows' scales times one broadcast activation scale.
 //!
-//! The transposed layout (`pack_panel`: per chunk of 16 rows, the blocks' quant dwords
+//! The transposed layout (`gather_panel`: per chunk of 16 rows, the blocks' quant dwords
 //! interleaved row by row, then their f16 scales) has exactly the bytes of the GGUF blocks, so
 //! a weight can be packed once at load (`pack`, a `PackedWeight` held by the CPU backend, which
 //! then no longer reads those mmap pages) and the kernel reads it with plain loads. Without a
@@ -85,7 +85,7 @@ impl Fmt {
     }
 }
 
-/// A format's GEMM layout: gathered from the GGUF rows by `pack_panel` (per call or at load),
+/// A format's GEMM layout: gathered from the GGUF rows by `gather_panel` (per call or at load),
 /// or built by the portable packer of `lanes` (at load; per call only outside the hot path).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Kind {
@@ -153,8 +153,9 @@ fn q_bytes(fmt: Fmt) -> usize {
     }
 }
 
-/// Packs rows r0..r0 + nr (nr <= 16) of `part` into one panel `out` (`panel_bytes` long); rows
-/// nr.. get zero weights and scales. Panel layout, chunk c at `c * 16 * block_bytes`:
+/// Gathers rows r0..r0 + nr (nr <= 16) of `part` (format `fmt`) into one panel `out`
+/// (`panel_bytes` long); rows nr.. get zero weights and scales. Panel layout, chunk c at
+/// `c * 16 * block_bytes`:
 /// - Q4_0/Q4_1: [4][16 rows] dwords, dword j of a row = its block's quant bytes 4j..4j+4 (byte
 ///   i holds weight i in the low nibble, i + 16 in the high one); Q8_0: [8][16 rows] dwords of
 ///   the quants plus 128 (unsigned, for `vpdpbusd`);
@@ -164,13 +165,7 @@ fn q_bytes(fmt: Fmt) -> usize {
 /// AVX-512F/BW/VNNI and F16C must be available; `part.data` holds `part.rows >= r0 + nr` rows of
 /// `part.rb = nch * block_bytes` bytes.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u8]) {
-    let fmt = match part.fmt {
-        Kind::Gathered(f) => f,
-        Kind::Packed(l) => {
-            return lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, out);
-        }
-    };
+unsafe fn gather_panel(fmt: Fmt, part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u8]) {
     let bb = fmt.block_bytes();
     let qb = q_bytes(fmt);
     assert!(nr <= PR && part.rb == nch * bb && (r0 + nr) * part.rb <= part.data.len());
@@ -224,6 +219,19 @@ unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u
 /// As `pack_panel` for every panel: `part.data` holds `rows` rows of `rb = nch * block_bytes`;
 /// AVX-512 as there for a `Kind::Gathered` part (a `Kind::Packed` one is packed by portable
 /// code).
+/// Packs rows r0..r0 + nr of `part` into one panel `out`: gathered (`gather_panel`) or, for
+/// `Kind::Packed`, by `lanes`' portable packer (also what the AVX2 tiles of `lanes_avx2` read).
+///
+/// # Safety
+/// As `gather_panel` for a `Kind::Gathered` part.
+unsafe fn pack_panel(part: &Part, r0: usize, nr: usize, nch: usize, out: &mut [u8]) {
+    match part.fmt {
+        Kind::Packed(l) => lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, out),
+        // SAFETY: forwarded from the caller.
+        Kind::Gathered(f) => unsafe { gather_panel(f, part, r0, nr, nch, out) },
+    }
+}
+
 pub(crate) unsafe fn pack(part: &Part, nch: usize, out: &mut [u8]) {
     let pb = panel_bytes(part.fmt, nch);
     if pb == 0 {
@@ -232,13 +240,8 @@ pub(crate) unsafe fn pack(part: &Part, nch: usize, out: &mut [u8]) {
     out.par_chunks_mut(pb).enumerate().for_each(|(p, o)| {
         let r0 = p * PR;
         if r0 < part.rows {
-            let nr = PR.min(part.rows - r0);
-            match part.fmt {
-                // Portable code: also what the AVX2 tiles of `lanes_avx2` read.
-                Kind::Packed(l) => lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, o),
-                // SAFETY: forwarded from the caller; r0 + nr <= rows.
-                Kind::Gathered(_) => unsafe { pack_panel(part, r0, nr, nch, o) },
-            }
+            // SAFETY: forwarded from the caller; r0 + nr <= rows.
+            unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, o) };
         }
     });
 }
@@ -390,8 +393,8 @@ unsafe fn tile_n(p: &[u8], nch: usize, fmt: Kind, act: &QAct, t0: usize, nt: usi
 ///
 /// # Safety
 /// `isa` must be available (AVX2 and AVX-VNNI with `Kind::Packed` parts only, each with its
-/// `packed` copy, in formats `lanes_avx2::supported` for it); each part holds `rows` rows of `rb = nch *
-/// block_bytes` bytes, and `packed_bytes` packed bytes if it has `packed`; ys[i].len() ==
+/// `packed` copy, in formats `lanes_avx2::supported` for it); each part holds `rows` rows of
+/// `rb = nch * block_bytes` bytes, and `packed_bytes` packed bytes if it has `packed`; ys[i].len() ==
 /// n_tokens * parts[i].rows.
 pub(crate) unsafe fn run(
     isa: Isa,
@@ -427,13 +430,9 @@ pub(crate) unsafe fn run(
             Some(p) => &p[r0 / PR * pb..(r0 / PR + 1) * pb],
             None => {
                 buf.resize(pb, 0);
-                let nr = PR.min(part.rows - r0);
-                match part.fmt {
-                    Kind::Packed(l) => lanes::pack_panel(l, part.data, part.rb, r0, nr, nch, buf),
-                    // SAFETY: the caller checked the features and the parts' sizes; r0 + nr
-                    // <= rows.
-                    Kind::Gathered(_) => unsafe { pack_panel(part, r0, nr, nch, buf) },
-                }
+                // SAFETY: the caller checked the features (AVX-512 for a gathered part) and the
+                // parts' sizes; r0 + nr <= rows.
+                unsafe { pack_panel(part, r0, PR.min(part.rows - r0), nch, buf) };
                 buf
             }
         };

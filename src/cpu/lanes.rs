@@ -217,121 +217,75 @@ fn codes<F: Format>(blk: &[u8], p: &F::P, c: usize, ch: &mut Chunk) -> [u8; 32] 
     std::array::from_fn(|i| ch.u[i] as u8)
 }
 
+/// Chunk scales a K-quant block stores per chunk: the two bytes `pack_row` writes for chunk k
+/// (scale and min, or the two halves' scales), from the block's decoded values or its bytes.
+type ChunkScales<P> = fn(&P, &[u8], usize) -> [u8; 2];
+
+/// Writes block `bi` of `row` (blocks of format `F`) as lane `r` of the panel block at `o` in
+/// `out`: the f16 fields at byte offsets `f16s` as the header, every chunk's codes, and the
+/// K-quants' two scale bytes per chunk.
+fn put_block<F: Format>(
+    l: Lane,
+    row: &[u8],
+    bi: usize,
+    r: usize,
+    f16s: &[usize],
+    scales: Option<ChunkScales<F::P>>,
+    out: &mut [u8],
+) {
+    let blk = &row[F::BYTES * bi..F::BYTES * (bi + 1)];
+    let o = bi * l.block_bytes();
+    for (j, &f) in f16s.iter().enumerate() {
+        put_u16(out, o + 32 * j + 2 * r, rd_u16(blk, f));
+    }
+    let p = F::params(blk);
+    let mut ch = Chunk::default();
+    for k in 0..l.cpb() {
+        let co = o + 32 * l.hdr() + k * l.chunk_bytes();
+        let u = if l == Lane::Iq4Nl {
+            // The level indices, not the levels `unpack` gives: the tile maps them.
+            let qs = &blk[2..18];
+            std::array::from_fn(|i| (qs[i % 16] >> (4 * (i / 16))) & 15)
+        } else {
+            codes::<F>(blk, &p, k, &mut ch)
+        };
+        put_codes(out, co, r, l.low(), l.hi(), &u);
+        if let Some(sc) = scales {
+            let s = co + l.base() + 64 * l.hi();
+            [out[s + r], out[s + 16 + r]] = sc(&p, blk, k);
+        }
+    }
+}
+
 /// Writes row `row` (one GGUF row of `nch` chunks) as lane `r` of the panel `out`.
 fn pack_row(l: Lane, row: &[u8], r: usize, nch: usize, out: &mut [u8]) {
-    let (bb, cb, hi, low) = (l.block_bytes(), l.chunk_bytes(), l.hi(), l.low());
-    let mut ch = Chunk::default();
-    let co = |bi: usize, k: usize| bi * bb + 32 * l.hdr() + k * cb;
+    use formats as f;
     for bi in 0..nch / l.cpb() {
-        let o = bi * bb;
         match l {
-            Lane::Q5_0 => {
-                let blk = &row[22 * bi..22 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 0));
-                let p = formats::Q5_0::params(blk);
-                put_codes(
-                    out,
-                    co(bi, 0),
-                    r,
-                    low,
-                    hi,
-                    &codes::<formats::Q5_0>(blk, &p, 0, &mut ch),
-                );
+            Lane::Q5_0 => put_block::<f::Q5_0>(l, row, bi, r, &[0], None, out),
+            Lane::Q5_1 => put_block::<f::Q5_1>(l, row, bi, r, &[0, 2], None, out),
+            Lane::Iq4Nl => put_block::<f::IQ4_NL>(l, row, bi, r, &[0], None, out),
+            Lane::Q4K => {
+                let sc: ChunkScales<f::KParams> = |p, _, k| [p.sc[k], p.m[k]];
+                put_block::<f::Q4_K>(l, row, bi, r, &[0, 2], Some(sc), out)
             }
-            Lane::Q5_1 => {
-                let blk = &row[24 * bi..24 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 0));
-                put_u16(out, o + 32 + 2 * r, rd_u16(blk, 2));
-                let p = formats::Q5_1::params(blk);
-                put_codes(
-                    out,
-                    co(bi, 0),
-                    r,
-                    low,
-                    hi,
-                    &codes::<formats::Q5_1>(blk, &p, 0, &mut ch),
-                );
-            }
-            Lane::Iq4Nl => {
-                let blk = &row[18 * bi..18 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 0));
-                let qs = &blk[2..18];
-                let u: [u8; 32] = std::array::from_fn(|i| (qs[i % 16] >> (4 * (i / 16))) & 15);
-                put_codes(out, co(bi, 0), r, low, hi, &u);
-            }
-            Lane::Q4K | Lane::Q5K => {
-                let bytes = if l == Lane::Q4K { 144 } else { 176 };
-                let blk = &row[bytes * bi..bytes * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 0));
-                put_u16(out, o + 32 + 2 * r, rd_u16(blk, 2));
-                let p = formats::Q4_K::params(blk);
-                for k in 0..8 {
-                    let u = if l == Lane::Q4K {
-                        codes::<formats::Q4_K>(blk, &p, k, &mut ch)
-                    } else {
-                        codes::<formats::Q5_K>(blk, &p, k, &mut ch)
-                    };
-                    put_codes(out, co(bi, k), r, low, hi, &u);
-                    let s = co(bi, k) + l.base() + 64 * hi;
-                    out[s + r] = p.sc[k];
-                    out[s + 16 + r] = p.m[k];
-                }
+            Lane::Q5K => {
+                let sc: ChunkScales<f::KParams> = |p, _, k| [p.sc[k], p.m[k]];
+                put_block::<f::Q5_K>(l, row, bi, r, &[0, 2], Some(sc), out)
             }
             Lane::Q6K => {
-                let blk = &row[210 * bi..210 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 208));
-                let p = formats::Q6_K::params(blk);
-                for k in 0..8 {
-                    put_codes(
-                        out,
-                        co(bi, k),
-                        r,
-                        low,
-                        hi,
-                        &codes::<formats::Q6_K>(blk, &p, k, &mut ch),
-                    );
-                    let s = co(bi, k) + l.base() + 64 * hi;
-                    out[s + r] = blk[192 + 2 * k];
-                    out[s + 16 + r] = blk[192 + 2 * k + 1];
-                }
+                let sc: ChunkScales<f32> = |_, b, k| [b[192 + 2 * k], b[193 + 2 * k]];
+                put_block::<f::Q6_K>(l, row, bi, r, &[208], Some(sc), out)
             }
             Lane::Q2K => {
-                let blk = &row[84 * bi..84 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 80));
-                put_u16(out, o + 32 + 2 * r, rd_u16(blk, 82));
-                let p = formats::Q2_K::params(blk);
-                for k in 0..8 {
-                    put_codes(
-                        out,
-                        co(bi, k),
-                        r,
-                        low,
-                        hi,
-                        &codes::<formats::Q2_K>(blk, &p, k, &mut ch),
-                    );
-                    // Each half's byte as stored: scale in the low nibble, min in the high.
-                    let s = co(bi, k) + l.base() + 64 * hi;
-                    out[s + r] = blk[2 * k];
-                    out[s + 16 + r] = blk[2 * k + 1];
-                }
+                // Each half's byte as stored: scale in the low nibble, min in the high one.
+                let sc: ChunkScales<(f32, f32)> = |_, b, k| [b[2 * k], b[2 * k + 1]];
+                put_block::<f::Q2_K>(l, row, bi, r, &[80, 82], Some(sc), out)
             }
             Lane::Q3K => {
-                let blk = &row[110 * bi..110 * (bi + 1)];
-                put_u16(out, o + 2 * r, rd_u16(blk, 108));
-                let p = formats::Q3_K::params(blk);
-                for k in 0..8 {
-                    put_codes(
-                        out,
-                        co(bi, k),
-                        r,
-                        low,
-                        hi,
-                        &codes::<formats::Q3_K>(blk, &p, k, &mut ch),
-                    );
-                    let s = co(bi, k) + l.base() + 64 * hi;
-                    out[s + r] = p.1[2 * k] as u8;
-                    out[s + 16 + r] = p.1[2 * k + 1] as u8;
-                }
+                let sc: ChunkScales<(f32, [i8; 16])> =
+                    |p, _, k| [p.1[2 * k] as u8, p.1[2 * k + 1] as u8];
+                put_block::<f::Q3_K>(l, row, bi, r, &[108], Some(sc), out)
             }
         }
     }
