@@ -5,8 +5,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use rayon::prelude::*;
-
 use crate::backend::{Backend, WeightId};
 use crate::config::{Config, RopeKind};
 use crate::cpu::{MatmulScratch, WeightView};
@@ -540,9 +538,20 @@ impl Backend for CpuBackend {
         const CHUNK: usize = 4096;
         let (g, u) = (&mut gate[..len], &up[..len]);
         if len >= 4 * CHUNK {
-            g.par_chunks_mut(CHUNK)
-                .zip(u.par_chunks(CHUNK))
-                .try_for_each(|(g, u)| crate::cpu::swiglu_in_place(g, u))
+            let failed = std::sync::Mutex::new(None);
+            crate::cpu::par::for_each_item_init(
+                g.chunks_mut(CHUNK).zip(u.chunks(CHUNK)).collect(),
+                || (),
+                |_, (g, u)| {
+                    if let Err(e) = crate::cpu::swiglu_in_place(g, u) {
+                        *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    }
+                },
+            );
+            match failed.into_inner().unwrap_or_else(|e| e.into_inner()) {
+                Some(e) => Err(e),
+                None => Ok(()),
+            }
         } else {
             crate::cpu::swiglu_in_place(g, u)
         }

@@ -7,8 +7,6 @@
 //! head slice at a time into a small buffer as the scan reaches them: no dequantized copy of
 //! the cache exists.
 
-use rayon::prelude::*;
-
 use super::ops::dot;
 use crate::kv_type::KvType;
 use crate::{Error, Result};
@@ -161,9 +159,11 @@ pub fn attention_kv(
             pair(p, o, &mut scratch);
         }
     } else {
-        out.par_chunks_exact_mut(hd)
-            .enumerate()
-            .for_each_init(|| (Vec::new(), Vec::new()), |s, (p, o)| pair(p, o, s));
+        super::par::for_each_item_init(
+            out.chunks_exact_mut(hd).enumerate().collect(),
+            || (Vec::new(), Vec::new()),
+            |s, (p, o)| pair(p, o, s),
+        );
     }
     Ok(())
 }

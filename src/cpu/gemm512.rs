@@ -456,13 +456,13 @@ pub(crate) unsafe fn run(
             t0 += nt;
         }
     };
-    if rayon::current_num_threads() <= 1 {
+    if super::par::threads() <= 1 {
         let mut buf = Vec::new();
         for job in jobs {
             work(&mut buf, job);
         }
     } else {
-        jobs.into_par_iter().for_each_init(Vec::new, work);
+        super::par::for_each_item_init(jobs, Vec::new, work);
     }
     let mut src = yt.chunks_exact(n_tokens * PR);
     for (part, y) in parts.iter().zip(ys.iter_mut()) {

@@ -5,7 +5,7 @@
 //! x86_64, a portable scalar path elsewhere, chosen at runtime). F32/F16/BF16 weights use f32 FMA.
 //! Formats without an integer kernel are dequantized a row at a time by `kernels-ref`.
 //!
-//! Threads: output rows are split into chunks across rayon's pool. Each chunk loops over tiles
+//! Threads: output rows are split into chunks across the engine's workers (`par`). Each chunk loops over tiles
 //! of `TILE` tokens and, inside, over its rows, so a row's bytes are unpacked once per tile and
 //! the chunk's weights stay in L2 while all token tiles pass over them (prefill reads each
 //! weight from memory about once, not once per token).
@@ -26,9 +26,8 @@ mod lanes;
 #[cfg(target_arch = "x86_64")]
 mod lanes_avx2;
 mod ops;
+pub mod par;
 mod scalar;
-
-use rayon::prelude::*;
 
 use crate::{Error, GgmlType, Result};
 use act::QAct;
@@ -44,7 +43,7 @@ pub use ops::{
 pub(crate) const TILE: usize = 8;
 
 /// Below this many multiply-adds a matmul runs on the calling thread: ~15 µs of one core's work
-/// (decode's 192x576 K/V projections), a few times what waking rayon's workers costs.
+/// (decode's 192x576 K/V projections), a few times what starting a region on the workers costs.
 const PAR_MIN_MACS: usize = 128 * 1024;
 
 /// Bytes of one row chunk's weights to keep in L2 while token tiles pass over it.
@@ -534,7 +533,7 @@ fn run_rows<S, I, K>(
         yt.clear();
         yt.resize(total_rows * n_tokens, 0.0);
     }
-    let threads = rayon::current_num_threads().max(1);
+    let threads = par::threads();
     let base_rows = total_rows.div_ceil(threads * 4).max(4);
     // (part, first row, out) per chunk; a few dozen entries.
     let mut jobs: Vec<(usize, usize, &mut [f32])> = Vec::new();
@@ -572,8 +571,7 @@ fn run_rows<S, I, K>(
             work(job, &mut st);
         }
     } else {
-        jobs.into_par_iter()
-            .for_each_init(&init, |st, job| work(job, st));
+        par::for_each_item_init(jobs, &init, |st, job| work(job, st));
     }
     if n_tokens > 1 {
         let mut src_all: &[f32] = &yt[..];

@@ -128,7 +128,7 @@ pub struct Model {
     config: Config,
     tokenizer: Tokenizer,
     chat_template: Option<String>,
-    pool: Arc<rayon::ThreadPool>,
+    pool: Arc<crate::cpu::par::Workers>,
     load_time: Duration,
     /// The weights on the GPU when the model runs there.
     gpu: Option<Arc<GpuModel>>,
@@ -186,16 +186,7 @@ impl Model {
         let config = Config::from_gguf(&gguf)?;
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let chat_template = crate::chat::template_from_gguf(&gguf);
-        let mut pb = rayon::ThreadPoolBuilder::new().thread_name(|i| format!("memwall-cpu-{i}"));
-        if let Some(n) = opts.threads {
-            if n == 0 {
-                return Err(Error::InvalidArgument("threads must be at least 1".into()));
-            }
-            pb = pb.num_threads(n);
-        }
-        let pool = pb
-            .build()
-            .map_err(|e| Error::InvalidArgument(format!("cannot start worker threads: {e}")))?;
+        let pool = crate::cpu::par::Workers::new(opts.threads)?;
         // Check every weight the forward pass will touch now, so a bad file fails at load and
         // not in the middle of a generation.
         CpuBackend::check_weights(&gguf, &config)?;

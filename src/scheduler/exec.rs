@@ -74,7 +74,7 @@ pub struct ExecStats {
 pub struct Exec {
     cfg: Config,
     gguf: Arc<Gguf>,
-    pool: Arc<rayon::ThreadPool>,
+    pool: Arc<crate::cpu::par::Workers>,
     gpu_model: Option<Arc<GpuModel>>,
     n_ctx: usize,
     batch: usize,
@@ -171,7 +171,7 @@ impl Exec {
     pub fn new(
         cfg: Config,
         gguf: Arc<Gguf>,
-        pool: Arc<rayon::ThreadPool>,
+        pool: Arc<crate::cpu::par::Workers>,
         gpu_model: Option<Arc<GpuModel>>,
         placement: PhasePlacement,
         n_ctx: usize,
