@@ -44,6 +44,11 @@ impl std::ops::Deref for Padded {
     }
 }
 
+/// `Shared::gate`'s closed bit.
+const CLOSED: u64 = 1 << 31;
+/// `Shared::gate`'s count of workers inside.
+const INSIDE: u64 = CLOSED - 1;
+
 /// One region's work as the workers see it: `run(ctx)` claims and runs items until none are
 /// left. Type-erased so the pool is not generic; valid while the posting call waits.
 #[derive(Clone, Copy)]
@@ -61,8 +66,12 @@ struct Shared {
     /// Bumped once per region (and at shutdown); a worker runs the job when it sees a new value.
     epoch: AtomicU64,
     job: Mutex<Option<Job>>,
-    /// Workers that have not yet finished the current region.
-    pending: AtomicUsize,
+    /// The current region's gate: its epoch in the high 32 bits, `CLOSED`, and in the low bits
+    /// the workers inside it. A worker enters only an open gate of the epoch it woke for, and
+    /// the poster closes the gate once the items are all taken and waits only for the workers
+    /// inside: a worker that was descheduled (another process on its core) is not waited for,
+    /// its share of the items having been taken by the others.
+    gate: AtomicU64,
     /// Workers parked on `wake`.
     parked: AtomicUsize,
     lock: Mutex<()>,
@@ -87,7 +96,7 @@ impl Spin {
         let shared = Arc::new(Shared {
             epoch: AtomicU64::new(0),
             job: Mutex::new(None),
-            pending: AtomicUsize::new(0),
+            gate: AtomicU64::new(CLOSED),
             parked: AtomicUsize::new(0),
             lock: Mutex::new(()),
             wake: Condvar::new(),
@@ -111,14 +120,17 @@ impl Spin {
         })
     }
 
-    /// Runs `job` on the calling thread and every worker; returns once all have finished it.
+    /// Runs `job` on the calling thread and on the workers that join in time; returns once
+    /// every item is done and no worker is inside the job any more.
     fn run(&self, job: Job) {
         let s = &*self.shared;
         *s.job.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
-        s.pending.store(self.threads.len(), Ordering::Release);
+        // Only the thread holding `region` (or Drop) changes the epoch.
+        let e = s.epoch.load(Ordering::Acquire).wrapping_add(1);
+        s.gate.store((e & 0xffff_ffff) << 32, Ordering::SeqCst);
         // SeqCst with the parking worker's `parked` increment and epoch re-read: either it sees
         // this epoch or this sees it parked.
-        s.epoch.fetch_add(1, Ordering::SeqCst);
+        s.epoch.store(e, Ordering::SeqCst);
         if s.parked.load(Ordering::SeqCst) > 0 {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -126,13 +138,15 @@ impl Spin {
         // SAFETY: ctx is live for this call. A panic is held until the workers are done with
         // ctx, then resumed.
         let mine = catch_unwind(AssertUnwindSafe(|| unsafe { (job.run)(job.ctx, 0) }));
+        // Every item is taken; the workers still inside finish theirs.
+        s.gate.fetch_or(CLOSED, Ordering::SeqCst);
         let mut spins = 0u32;
-        while s.pending.load(Ordering::Acquire) != 0 {
+        while s.gate.load(Ordering::Acquire) & INSIDE != 0 {
             spins += 1;
-            if spins < 1 << 16 {
+            if spins < 1 << 12 {
                 std::hint::spin_loop();
             } else {
-                // A worker was descheduled mid-item: let it have the core.
+                // A worker was descheduled mid-item: let it have a core.
                 std::thread::yield_now();
             }
         }
@@ -146,7 +160,7 @@ impl Drop for Spin {
     fn drop(&mut self) {
         let s = &*self.shared;
         s.stop.store(true, Ordering::Release);
-        s.epoch.fetch_add(1, Ordering::AcqRel);
+        s.epoch.fetch_add(1, Ordering::SeqCst);
         {
             let _g = s.lock.lock().unwrap_or_else(|e| e.into_inner());
             s.wake.notify_all();
@@ -191,14 +205,31 @@ fn worker(s: &Shared) {
         if s.stop.load(Ordering::Acquire) {
             return;
         }
+        // Enter the gate of the epoch seen, if it is still open.
+        let mut g = s.gate.load(Ordering::SeqCst);
+        let entered = loop {
+            if g >> 32 != seen & 0xffff_ffff || g & CLOSED != 0 {
+                break false;
+            }
+            match s
+                .gate
+                .compare_exchange_weak(g, g + 1, Ordering::SeqCst, Ordering::SeqCst)
+            {
+                Ok(_) => break true,
+                Err(now) => g = now,
+            }
+        };
+        if !entered {
+            continue;
+        }
         let job = *s.job.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(job) = job {
-            // SAFETY: the poster waits for `pending` to reach zero before ctx goes away.
+            // SAFETY: the poster waits for the workers inside the gate before ctx goes away.
             if catch_unwind(AssertUnwindSafe(|| unsafe { (job.run)(job.ctx, me) })).is_err() {
                 s.panicked.store(true, Ordering::Release);
             }
         }
-        s.pending.fetch_sub(1, Ordering::AcqRel);
+        s.gate.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
