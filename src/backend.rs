@@ -8,7 +8,6 @@
 //! boundary through `read`/`write`.
 
 use crate::config::Config;
-use crate::ctx_shift::KvShift;
 use crate::error::Result;
 use crate::kv_type::KvTypes;
 
@@ -242,7 +241,7 @@ pub trait Backend {
     /// (`read_kv`, rotate, `write_kv`); a backend may do it on its device, with the same result
     /// to rounding.
     fn shift_kv(&mut self, layer: usize, cfg: &Config, s: KvShift) -> Result<()> {
-        crate::ctx_shift::shift_kv_host(self, layer, cfg, s)
+        shift_kv_host(self, layer, cfg, s)
     }
     /// Frees layer `layer`'s cache (the layer now runs on another device).
     fn drop_kv(&mut self, layer: usize);
@@ -250,4 +249,68 @@ pub trait Backend {
     fn sync(&mut self) -> Result<()> {
         Ok(())
     }
+}
+
+/// One shift of a cache holding positions 0..n_pos: positions keep..keep+discard are dropped,
+/// keep+discard..n_pos move to keep..n_pos-discard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KvShift {
+    pub keep: usize,
+    pub discard: usize,
+    pub n_pos: usize,
+}
+
+impl KvShift {
+    /// Checks that the shift stays inside the cached positions.
+    pub fn check(&self) -> Result<()> {
+        if self
+            .keep
+            .checked_add(self.discard)
+            .is_none_or(|e| e > self.n_pos)
+        {
+            return Err(crate::error::Error::InvalidArgument(format!(
+                "context shift keeping {} and dropping {} of {} cached positions",
+                self.keep, self.discard, self.n_pos
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// Shifts layer `layer`'s cache through the host: reads positions 0..n_pos as f32, moves the
+/// rows, re-rotates the moved keys with the model's RoPE (normal or NeoX, its base and scale)
+/// and writes positions 0..n_pos-discard back. The default of [`Backend::shift_kv`].
+pub fn shift_kv_host<B: Backend + ?Sized>(
+    b: &mut B,
+    layer: usize,
+    cfg: &Config,
+    s: KvShift,
+) -> Result<()> {
+    s.check()?;
+    if s.discard == 0 {
+        return Ok(());
+    }
+    let kv_dim = cfg.kv_dim();
+    // k, v: [n_pos, kv_dim], then [n_pos - discard, kv_dim] after the move.
+    let mut k = vec![0f32; s.n_pos * kv_dim];
+    let mut v = vec![0f32; s.n_pos * kv_dim];
+    b.read_kv(layer, s.n_pos, &mut k, &mut v)?;
+    let from = (s.keep + s.discard) * kv_dim;
+    k.copy_within(from.., s.keep * kv_dim);
+    v.copy_within(from.., s.keep * kv_dim);
+    let n_new = s.n_pos - s.discard;
+    k.truncate(n_new * kv_dim);
+    v.truncate(n_new * kv_dim);
+    crate::cpu::rope_shift(
+        &mut k[s.keep * kv_dim..],
+        n_new - s.keep,
+        cfg.n_head_kv,
+        cfg.head_dim,
+        cfg.n_rot,
+        -(s.discard as i64),
+        cfg.rope_base,
+        cfg.rope_freq_scale,
+        cfg.rope_kind == crate::config::RopeKind::Neox,
+    )?;
+    b.write_kv(layer, &k, &v)
 }

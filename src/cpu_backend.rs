@@ -76,37 +76,10 @@ fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
 }
 
 impl CpuBackend {
-    /// Every weight the forward pass uses, with the shape ([ne0, ne1]) it must have.
-    pub(crate) fn expected(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
-        use WeightId::*;
-        let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
-        let mut v = vec![(TokEmbd, vec![e, cfg.n_vocab]), (OutputNorm, vec![e])];
-        if !cfg.tied_embeddings {
-            v.push((Output, vec![e, cfg.n_vocab]));
-        }
-        for l in 0..cfg.n_layer {
-            v.extend([
-                (AttnNorm(l), vec![e]),
-                (Wq(l), vec![e, q]),
-                (Wk(l), vec![e, kv]),
-                (Wv(l), vec![e, kv]),
-                (Wo(l), vec![q, e]),
-                (FfnNorm(l), vec![e]),
-                (Gate(l), vec![e, ff]),
-                (Up(l), vec![e, ff]),
-                (Down(l), vec![ff, e]),
-            ]);
-            if cfg.qkv_bias {
-                v.extend([(Bq(l), vec![q]), (Bk(l), vec![kv]), (Bv(l), vec![kv])]);
-            }
-        }
-        v
-    }
-
     /// Checks that every weight exists with the right shape and a type the CPU can compute
     /// with, naming the first tensor that does not.
     pub fn check_weights(g: &Gguf, cfg: &Config) -> Result<()> {
-        for (id, dims) in Self::expected(cfg) {
+        for (id, dims) in crate::model::expected_weights(cfg) {
             let t = g.require_tensor(&id.tensor_name())?;
             expect_shape(t, &dims)?;
             if !t.ty.is_supported() {
@@ -163,7 +136,7 @@ impl CpuBackend {
         kv_types.check_head_dim(cfg.head_dim)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
-        for (id, dims) in Self::expected(&cfg) {
+        for (id, dims) in crate::model::expected_weights(&cfg) {
             if let [len] = dims[..] {
                 let v = match prepared.vec(id) {
                     Some(v) => v.clone(),

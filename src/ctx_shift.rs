@@ -13,8 +13,7 @@
 //! layers above the first: the shifted cache is not the cache of the kept tokens evaluated
 //! alone (that would be a re-evaluation), exactly as in llama.cpp.
 
-use crate::backend::Backend;
-use crate::config::{Config, RopeKind};
+pub use crate::backend::KvShift;
 use crate::engine::Session;
 use crate::error::{Error, Result};
 use crate::model::Logits;
@@ -45,70 +44,6 @@ impl CtxOverflow {
             ))),
         }
     }
-}
-
-/// One shift of a cache holding positions 0..n_pos: positions keep..keep+discard are dropped,
-/// keep+discard..n_pos move to keep..n_pos-discard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct KvShift {
-    pub keep: usize,
-    pub discard: usize,
-    pub n_pos: usize,
-}
-
-impl KvShift {
-    /// Checks that the shift stays inside the cached positions.
-    pub fn check(&self) -> Result<()> {
-        if self
-            .keep
-            .checked_add(self.discard)
-            .is_none_or(|e| e > self.n_pos)
-        {
-            return Err(Error::InvalidArgument(format!(
-                "context shift keeping {} and dropping {} of {} cached positions",
-                self.keep, self.discard, self.n_pos
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// Shifts layer `layer`'s cache through the host: reads positions 0..n_pos as f32, moves the
-/// rows, re-rotates the moved keys with the model's RoPE (normal or NeoX, its base and scale)
-/// and writes positions 0..n_pos-discard back. The default of [`Backend::shift_kv`].
-pub fn shift_kv_host<B: Backend + ?Sized>(
-    b: &mut B,
-    layer: usize,
-    cfg: &Config,
-    s: KvShift,
-) -> Result<()> {
-    s.check()?;
-    if s.discard == 0 {
-        return Ok(());
-    }
-    let kv_dim = cfg.kv_dim();
-    // k, v: [n_pos, kv_dim], then [n_pos - discard, kv_dim] after the move.
-    let mut k = vec![0f32; s.n_pos * kv_dim];
-    let mut v = vec![0f32; s.n_pos * kv_dim];
-    b.read_kv(layer, s.n_pos, &mut k, &mut v)?;
-    let from = (s.keep + s.discard) * kv_dim;
-    k.copy_within(from.., s.keep * kv_dim);
-    v.copy_within(from.., s.keep * kv_dim);
-    let n_new = s.n_pos - s.discard;
-    k.truncate(n_new * kv_dim);
-    v.truncate(n_new * kv_dim);
-    crate::cpu::rope_shift(
-        &mut k[s.keep * kv_dim..],
-        n_new - s.keep,
-        cfg.n_head_kv,
-        cfg.head_dim,
-        cfg.n_rot,
-        -(s.discard as i64),
-        cfg.rope_base,
-        cfg.rope_freq_scale,
-        cfg.rope_kind == RopeKind::Neox,
-    )?;
-    b.write_kv(layer, &k, &v)
 }
 
 /// The logits a chunk (tokens off..off+n of a call of n_total) must yield for the call to

@@ -42,14 +42,14 @@ pub enum Error {
     #[error("prompt cache {path}: {kind}")]
     PromptCache {
         path: PathBuf,
-        kind: crate::prompt_cache::PromptCacheError,
+        kind: PromptCacheError,
     },
 
     /// A memory budget below the smallest footprint that can run the model.
     #[error(
         "memory budget of {} is below the {} this model needs at the least ({detail})",
-        crate::plan::format_size(*budget),
-        crate::plan::format_size(*minimum)
+        crate::ground::format_size(*budget),
+        crate::ground::format_size(*minimum)
     )]
     MemoryBudget {
         budget: u64,
@@ -74,4 +74,39 @@ pub enum Error {
     Gpu(String),
 }
 
+/// Why a prompt cache file was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum PromptCacheError {
+    #[error("not a memwall prompt cache (the file starts with {found:?})")]
+    BadMagic { found: Vec<u8> },
+    #[error("version {found}; this memwall reads version {supported}")]
+    Version { found: u32, supported: u32 },
+    #[error("truncated at byte {at}: the {what} needs {needed} bytes")]
+    Truncated {
+        at: u64,
+        needed: u64,
+        what: &'static str,
+    },
+    #[error("{extra} bytes after the end of the cache")]
+    TrailingBytes { extra: u64 },
+    #[error(
+        "checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt"
+    )]
+    Checksum { stored: u64, computed: u64 },
+    #[error("made for another model (fingerprint {file:016x}; this model's is {model:016x})")]
+    OtherModel { file: u64, model: u64 },
+    #[error("KV types {file:?} differ from the session's {session:?}")]
+    KvTypes { file: String, session: String },
+    #[error("shape {file} differs from this model's {model} (layers x KV width)")]
+    Shape { file: String, model: String },
+    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
+    Token { id: u32, n_vocab: usize },
+}
+
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+impl From<crate::ground::SizeError> for Error {
+    fn from(e: crate::ground::SizeError) -> Error {
+        Error::InvalidArgument(e.0)
+    }
+}

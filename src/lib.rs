@@ -16,6 +16,7 @@ pub mod generate;
 pub mod gguf;
 pub mod gguf_writer;
 pub mod gpu;
+pub mod ground;
 pub mod inspect;
 pub mod kv_type;
 pub mod logging;

@@ -32,34 +32,7 @@ const VERSION: u32 = 1;
 /// Bytes of each tensor's data the fingerprint samples at its start, middle and end.
 const SAMPLE: usize = 1024;
 
-/// Why a prompt cache file was refused.
-#[derive(Debug, thiserror::Error)]
-pub enum PromptCacheError {
-    #[error("not a memwall prompt cache (the file starts with {found:?})")]
-    BadMagic { found: Vec<u8> },
-    #[error("version {found}; this memwall reads version {VERSION}")]
-    Version { found: u32 },
-    #[error("truncated at byte {at}: the {what} needs {needed} bytes")]
-    Truncated {
-        at: u64,
-        needed: u64,
-        what: &'static str,
-    },
-    #[error("{extra} bytes after the end of the cache")]
-    TrailingBytes { extra: u64 },
-    #[error(
-        "checksum mismatch (stored {stored:016x}, computed {computed:016x}): the file is corrupt"
-    )]
-    Checksum { stored: u64, computed: u64 },
-    #[error("made for another model (fingerprint {file:016x}; this model's is {model:016x})")]
-    OtherModel { file: u64, model: u64 },
-    #[error("KV types {file:?} differ from this session's {session:?}")]
-    KvTypes { file: String, session: String },
-    #[error("shape {file} differs from this model's {model} (layers x KV width)")]
-    Shape { file: String, model: String },
-    #[error("token id {id} is outside the vocabulary of {n_vocab}")]
-    Token { id: u32, n_vocab: usize },
-}
+pub use crate::error::PromptCacheError;
 
 /// A validated prompt cache, in memory.
 pub struct PromptCache {
@@ -169,7 +142,10 @@ impl PromptCache {
         }
         let version = r.u32("version")?;
         if version != VERSION {
-            return Err(PromptCacheError::Version { found: version });
+            return Err(PromptCacheError::Version {
+                found: version,
+                supported: VERSION,
+            });
         }
         let fingerprint = r.u64("model fingerprint")?;
         let n_layer = r.u32("layer count")? as usize;

@@ -17,7 +17,7 @@ use memwall::api::{
 };
 use memwall::engine::LoadOptions;
 use memwall::gpu::GpuFaults;
-use memwall::scheduler::Device;
+use memwall::ground::Device;
 
 const N_TOKENS: usize = 10;
 

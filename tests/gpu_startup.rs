@@ -13,8 +13,8 @@ use std::sync::Arc;
 use common::kv::{greedy, random_ids, synth_model};
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::{DeviceSelector, HealthOptions, KnownBad};
+use memwall::ground::Device;
 use memwall::kv_type::KvType;
-use memwall::scheduler::Device;
 
 const N_LAYER: usize = 2;
 const SEED: u64 = 7;

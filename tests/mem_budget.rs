@@ -196,7 +196,7 @@ fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
 #[test]
 fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
     use memwall::gpu::{DeviceSelector, GpuLoadOptions};
-    use memwall::scheduler::{Device, Placement};
+    use memwall::ground::{Device, Placement};
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let gpu = DeviceChoice::Gpu(DeviceSelector::Auto);
     let load_gpu = |o: LoadOptions| match Model::load(common::model_path(), &o) {

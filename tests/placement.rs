@@ -9,8 +9,8 @@ use std::sync::{Arc, OnceLock};
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::DeviceSelector;
+use memwall::ground::{Device, Phase, Placement};
 use memwall::model::Logits;
-use memwall::scheduler::{Device, Phase, Placement};
 use serde_json::Value;
 
 fn load(device: DeviceChoice, gpu_layers: Option<usize>, f32_activations: bool) -> Arc<Model> {

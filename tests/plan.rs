@@ -7,8 +7,8 @@ use std::process::{Command, Output};
 
 use memwall::config::Config;
 use memwall::gguf::Gguf;
+use memwall::ground::{Device, Placement};
 use memwall::plan::{account, fit, plan, MemoryModel};
-use memwall::scheduler::{Device, Placement};
 
 fn memwall(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_memwall"))

@@ -4,10 +4,10 @@
 //! Expected placements come from brute force over all placements of the simulator's true costs,
 //! computed here independently of the library's solver and cost function.
 
+use memwall::ground::{Device, Phase, PhasePlacement, Placement};
 use memwall::scheduler::policy::{
     solve, Policy, PolicyConfig, Prior, Sample, StageCosts, DEFAULT_HYSTERESIS, DEFAULT_PROBE_EVERY,
 };
-use memwall::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 mod policy_sim;
 use policy_sim::{

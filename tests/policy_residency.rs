@@ -2,11 +2,11 @@
 //! weights on the GPU when the budget holds only some, the others streamed at
 //! `max(gpu compute, upload)` per pass, with both phases' placements solved together.
 
+use memwall::ground::{Device, Phase, PhasePlacement, Placement};
 use memwall::scheduler::policy::{
     joint_bytes, solve_joint, Joint, JointCosts, Policy, PolicyConfig, Prior, ResidencyConfig,
     Sample, StageCosts, TimeSource,
 };
-use memwall::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 const MIB: u64 = 1 << 20;
 

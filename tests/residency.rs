@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::{DeviceSelector, GpuLoadOptions};
+use memwall::ground::{Device, Placement};
 use memwall::model::Logits;
-use memwall::scheduler::{Device, Placement};
 
 fn gpu() -> DeviceChoice {
     DeviceChoice::Gpu(DeviceSelector::Auto)

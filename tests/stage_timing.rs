@@ -9,9 +9,10 @@ use std::sync::Arc;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::{DeviceSelector, GpuLoadOptions};
+use memwall::ground::{Device, Phase};
 use memwall::model::Logits;
 use memwall::scheduler::policy::TimeSource;
-use memwall::scheduler::{Device, Phase, StageTimes};
+use memwall::scheduler::StageTimes;
 
 fn load(no_timestamps: bool) -> Arc<Model> {
     let opts = LoadOptions {

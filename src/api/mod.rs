@@ -29,9 +29,10 @@ use crate::error::Result;
 
 pub use crate::chat::ChatMessage;
 pub use crate::engine::{default_model_path, DeviceChoice, StopReason, Timings};
+pub use crate::ground::{Phase, PhasePlacement, Placement};
 pub use crate::kv_type::KvType;
 pub use crate::sampler::SamplerParams;
-pub use crate::scheduler::{Fallback, FallbackCause, KvRebuild, Phase, PhasePlacement, Placement};
+pub use crate::scheduler::{Fallback, FallbackCause, KvRebuild};
 pub use session::{CancelHandle, Session};
 pub use stream::{Event, Finished, TokenStream};
 

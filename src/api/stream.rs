@@ -5,7 +5,8 @@ use std::collections::VecDeque;
 use crate::engine::{StopReason, Timings};
 use crate::error::Result;
 use crate::generate::{Generator, Step};
-use crate::scheduler::{Fallback, PhasePlacement};
+use crate::ground::PhasePlacement;
+use crate::scheduler::Fallback;
 
 /// What a generation reports, in order: prompt progress, tokens, placement changes, and a
 /// last [`Event::Done`].

@@ -284,9 +284,9 @@ fn run_config(
         Some(n) => {
             let g = crate::gguf::Gguf::open(path)?;
             let n_layer = crate::config::Config::from_gguf(&g)?.n_layer;
-            let mut p = crate::scheduler::Placement::gpu_layers(n, n_layer);
-            p.embed = crate::scheduler::Device::Gpu;
-            p.head = crate::scheduler::Device::Gpu;
+            let mut p = crate::ground::Placement::gpu_layers(n, n_layer);
+            p.embed = crate::ground::Device::Gpu;
+            p.head = crate::ground::Device::Gpu;
             Some(p)
         }
         None => None,

@@ -7,7 +7,6 @@ use super::LoadOptions;
 use crate::backend::WeightId;
 use crate::config::Config;
 use crate::cpu::{Isa, PackedWeight};
-use crate::cpu_backend::CpuBackend;
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
@@ -89,7 +88,7 @@ fn costs(
     use WeightId::*;
     let kv_dim = cfg.kv_dim();
     let per_layer_kv = (kv.k.bytes(n_ctx * kv_dim) + kv.v.bytes(n_ctx * kv_dim)) as u64;
-    let vecs: u64 = CpuBackend::expected(cfg)
+    let vecs: u64 = crate::model::expected_weights(cfg)
         .iter()
         .filter_map(|(_, d)| match d[..] {
             [len] => Some(len as u64 * 4),

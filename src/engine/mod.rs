@@ -15,13 +15,12 @@ pub use crate::generate::Generator;
 use crate::generate::Step;
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuLoadOptions, GpuModel};
+use crate::ground::{Device, PhasePlacement, Placement};
 use crate::kv_type::{KvType, KvTypes};
 use crate::model::Logits;
 use crate::sampler::Sampler;
 use crate::scheduler::exec::gpu_stages;
-use crate::scheduler::{
-    Device, Exec, Fallback, FallbackCause, KvRebuild, PhasePlacement, Placement,
-};
+use crate::scheduler::{Exec, Fallback, FallbackCause, KvRebuild};
 use crate::tokenizer::Tokenizer;
 
 mod budget;

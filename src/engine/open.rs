@@ -8,8 +8,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuContext, GpuLoadOptions, GpuModel};
+use crate::ground::{Device, PhasePlacement, Placement};
 use crate::scheduler::exec::{fit_uploaded, gpu_stages};
-use crate::scheduler::{Device, Fallback, FallbackCause, KvRebuild, PhasePlacement, Placement};
+use crate::scheduler::{Fallback, FallbackCause, KvRebuild};
 
 /// Whether the offload policy decides which blocks are resident (streaming under a budget,
 /// re-decided): the model then uploads no block itself, each session uploads and frees them.
@@ -126,9 +127,9 @@ fn unified_options(
             detail: format!(
                 "a unified-memory GPU: {} held by the process, 2 stream slots of {}, {} for the \
                  driver, before any GPU buffer",
-                crate::plan::format_size(held),
-                crate::plan::format_size(slot),
-                crate::plan::format_size(GPU_HOST_OVERHEAD)
+                crate::ground::format_size(held),
+                crate::ground::format_size(slot),
+                crate::ground::format_size(GPU_HOST_OVERHEAD)
             ),
         })?;
     Ok(Some(LoadOptions {

@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::fs::File;
 use std::path::Path;
 
 use kernels_ref::GgmlType;
@@ -239,7 +240,7 @@ impl Gguf {
     /// also sit in the page cache, where it would count against the process's memory limit.
     pub fn drop_page_cache(&self, t: &TensorInfo) {
         if let Some((_, f)) = &self.file {
-            crate::memory::reader::drop_cache(f, t.file_offset, t.n_bytes);
+            drop_cache(f, t.file_offset, t.n_bytes);
         }
     }
 
@@ -248,7 +249,7 @@ impl Gguf {
     /// into its neighbours) goes too.
     pub fn drop_file_cache(&self) {
         if let Some((_, f)) = &self.file {
-            crate::memory::reader::drop_cache(f, 0, 0);
+            drop_cache(f, 0, 0);
         }
     }
 
@@ -456,4 +457,24 @@ impl Gguf {
         #[cfg(not(unix))]
         let _ = t;
     }
+}
+
+/// Drops the page cache of a file range (`len` 0: to the end of the file) but the pages mapped
+/// somewhere (the pages are clean: memwall never writes model files).
+pub fn drop_cache(file: &File, offset: u64, len: u64) {
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::fd::AsRawFd;
+        // SAFETY: an advisory call on an open descriptor; it reads no memory of ours.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (file, offset, len);
 }

@@ -13,8 +13,8 @@ use crate::gpu::layouts::AdapterFacts;
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 use crate::gpu::weights::gpu_weight_format;
 use crate::gpu::{variants, KernelOptions};
+use crate::ground::{Device, Placement};
 use crate::kv_type::KvTypes;
-use crate::scheduler::{Device, Placement};
 
 /// The weight formats each stage decodes on the GPU (after any load-time conversion).
 #[derive(Debug, Clone, Default)]
@@ -30,7 +30,7 @@ impl StageFormats {
             layers: vec![HashSet::new(); cfg.n_layer],
             ..StageFormats::default()
         };
-        for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
+        for (id, dims) in crate::model::expected_weights(cfg) {
             if dims.len() < 2 {
                 continue;
             }

@@ -20,7 +20,7 @@ use crate::gpu::kernels::{flush_uploads, upload_f32, upload_matrix, GpuMatrix, K
 use crate::gpu::ops::{rope_freqs, RopeConfig};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::WeightFormat;
-use crate::scheduler::{Device, Placement};
+use crate::ground::{Device, Placement};
 
 /// Rows `row0..row0 + m.rows` of a weight matrix, read from rows `w_row0..w_row0 + m.rows`
 /// of `m`'s buffers (0 unless the matrix is a row range of a fused one; only the 8-bit
@@ -233,7 +233,7 @@ impl GpuModel {
         let mut stage = (None, 0u64);
         // Weight bytes whose upload copies have run (see `flush_uploads`).
         let mut flushed = 0u64;
-        for (id, dims) in crate::cpu_backend::CpuBackend::expected(cfg) {
+        for (id, dims) in crate::model::expected_weights(cfg) {
             if let Some(p) = &opts.resident {
                 // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
                 // a streamed layer only moves its matrices.

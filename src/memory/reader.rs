@@ -19,6 +19,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 use crate::error::{Error, Result};
+use crate::gguf::drop_cache;
 
 /// `O_DIRECT` needs file offsets, lengths and buffer addresses aligned to the logical block
 /// size; 4 KiB covers every block device memwall meets.
@@ -218,26 +219,6 @@ fn open_direct(_: &Path) -> std::io::Result<File> {
         std::io::ErrorKind::Unsupported,
         "O_DIRECT is Linux-only",
     ))
-}
-
-/// Drops the page cache of a file range (`len` 0: to the end of the file) but the pages mapped
-/// somewhere (the pages are clean: memwall never writes model files).
-pub fn drop_cache(file: &File, offset: u64, len: u64) {
-    #[cfg(target_os = "linux")]
-    {
-        use std::os::fd::AsRawFd;
-        // SAFETY: an advisory call on an open descriptor; it reads no memory of ours.
-        unsafe {
-            libc::posix_fadvise(
-                file.as_raw_fd(),
-                offset as libc::off_t,
-                len as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            );
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    let _ = (file, offset, len);
 }
 
 #[cfg(unix)]

@@ -104,10 +104,10 @@ pub fn plan(c: &Costs, budget: u64, compute_per_read: f64) -> Result<Residency> 
             detail: format!(
                 "{} of KV cache, {} of runtime and scratch, {} of output head, 2 stream slots \
                  of {}; a smaller context or a quantized KV cache needs less",
-                crate::plan::format_size(c.kv),
-                crate::plan::format_size(c.fixed.saturating_sub(c.kv)),
-                crate::plan::format_size(c.head),
-                crate::plan::format_size(slot)
+                crate::ground::format_size(c.kv),
+                crate::ground::format_size(c.fixed.saturating_sub(c.kv)),
+                crate::ground::format_size(c.head),
+                crate::ground::format_size(slot)
             ),
         });
     }

@@ -1,6 +1,6 @@
 //! What each device holds for a placement, and the placement for a GPU byte budget.
 
-use crate::scheduler::{Device, Placement};
+use crate::ground::{Device, Placement};
 
 use super::MemoryModel;
 

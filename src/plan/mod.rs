@@ -7,11 +7,10 @@
 
 mod fit;
 mod report;
-mod size;
 
+use crate::ground::format_size;
 pub use fit::{account, fit, DeviceUse, Fit};
 pub use report::{plan, PlanReport, Row};
-pub use size::{format_size, parse_count, parse_size};
 
 use crate::config::Config;
 use crate::error::{Error, Result};

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-use crate::scheduler::{Device, Placement};
+use crate::ground::{Device, Placement};
 
 use super::{account, fit, format_size, DeviceUse, MemoryModel};
 

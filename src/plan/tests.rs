@@ -1,5 +1,5 @@
 use super::*;
-use crate::scheduler::{Device, Placement};
+use crate::ground::{format_size, parse_count, parse_size, Device, Placement};
 
 #[test]
 fn parse_size_units() {

@@ -8,13 +8,13 @@
 //! (the executor moves the KV rows of the layers that changed device first).
 
 use crate::error::Result;
+use crate::ground::{Device, Phase, PhasePlacement, Placement};
 use crate::plan::MemoryModel;
 use crate::scheduler::exec::StageTimes;
 use crate::scheduler::policy::{
     joint_bytes, Decision, Joint, Policy, PolicyConfig, PolicyReport, Prior, ResidencyConfig,
     Sample,
 };
-use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 /// A stage the GPU cannot hold in this run (no resident weights) gets a size over any budget.
 fn unavailable(budget: u64) -> u64 {

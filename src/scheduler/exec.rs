@@ -16,12 +16,12 @@ use crate::cpu_backend::{CpuBackend, PreparedWeights};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::{GpuAct, GpuBackend, GpuModel};
+use crate::ground::{Device, Phase, PhasePlacement, Placement};
 use crate::kv_type::KvTypes;
 use crate::memory::reader::lock;
 use crate::model::Scratch;
 use crate::scheduler::dynamic::Dynamic;
 use crate::scheduler::policy::TimeSource;
-use crate::scheduler::{Device, Phase, PhasePlacement, Placement};
 
 /// Milliseconds of each stage of one forward pass (a measured pass, see
 /// [`Exec::measure_next`]): GPU stages by GPU timestamps around them when the adapter has
@@ -244,7 +244,7 @@ impl Exec {
         })?;
         let tied = self.cfg.tied_embeddings;
         // Blocks without resident weights are streamed; the embedding and head must be there.
-        let missing = crate::cpu_backend::CpuBackend::expected(&self.cfg)
+        let missing = crate::model::expected_weights(&self.cfg)
             .into_iter()
             .map(|(id, _)| id)
             .filter(|id| id.layer_index().is_none())

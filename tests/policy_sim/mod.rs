@@ -1,8 +1,8 @@
 //! The simulated cost model and the executor loop the policy tests drive (shared helpers of
 //! tests/policy.rs; a directory module so cargo does not build it as a test of its own).
 
+use memwall::ground::{Device, Phase, Placement};
 use memwall::scheduler::policy::{Policy, PolicyConfig, Sample, StageCosts, TimeSource};
-use memwall::scheduler::{Device, Phase, Placement};
 
 /// xorshift64*: deterministic, no crates.
 pub struct Rng(pub u64);

@@ -95,7 +95,7 @@ struct BudgetArgs {
 impl BudgetArgs {
     /// The budget in bytes and the I/O mode, parsed.
     fn parse(&self) -> memwall::Result<(Option<u64>, Option<memwall::memory::IoMode>)> {
-        let budget = self.mem_budget.as_deref().map(memwall::plan::parse_size);
+        let budget = self.mem_budget.as_deref().map(memwall::ground::parse_size);
         let io = self
             .stream_io
             .as_deref()
@@ -298,7 +298,7 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
         gpu_mem_budget: args
             .gpu_mem_budget
             .as_deref()
-            .map(memwall::plan::parse_size)
+            .map(memwall::ground::parse_size)
             .transpose()?,
         stream: args.stream,
         mem_budget,
@@ -668,10 +668,10 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             eprintln!(
                 "memory budget {}: {} of {} blocks streamed from storage, {} per token, read at \
                  {:.2} GB/s ({} waits for storage)",
-                memwall::plan::format_size(m.budget_bytes),
+                memwall::ground::format_size(m.budget_bytes),
                 n_streamed,
                 r.resident.len(),
-                memwall::plan::format_size(r.streamed_bytes),
+                memwall::ground::format_size(r.streamed_bytes),
                 st.read_gbps,
                 st.waits
             );

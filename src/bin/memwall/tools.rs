@@ -160,7 +160,8 @@ pub(crate) struct PlanArgs {
 }
 
 pub(crate) fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
-    use memwall::plan::{parse_count, parse_size, ArchSpec, MemoryModel};
+    use memwall::ground::{parse_count, parse_size};
+    use memwall::plan::{ArchSpec, MemoryModel};
     let ram = parse_size(&a.ram)?;
     let budget = a.gpu_mem_budget.as_deref().map(parse_size).transpose()?;
     let m = match &a.model {

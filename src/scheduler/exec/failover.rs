@@ -11,8 +11,8 @@
 
 use super::Exec;
 use crate::error::{Error, Result};
+use crate::ground::{Device, PhasePlacement, Placement};
 use crate::model::Logits;
-use crate::scheduler::{Device, PhasePlacement, Placement};
 
 /// Why a session's stages left the GPU.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

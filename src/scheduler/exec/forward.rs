@@ -7,9 +7,9 @@ use std::time::Instant;
 use super::{phase_of, Exec, StageTimes};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
+use crate::ground::Device;
 use crate::model::{embed_stage, head_stage, layer_stage, Logits};
 use crate::scheduler::policy::TimeSource;
-use crate::scheduler::Device;
 
 impl Exec {
     /// Copies the hidden state of `n` tokens from device `from` to device `to`.

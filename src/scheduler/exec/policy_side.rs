@@ -3,9 +3,9 @@
 
 use super::Exec;
 use crate::error::{Error, Result};
+use crate::ground::{Device, Phase, Placement};
 use crate::scheduler::dynamic::Dynamic;
 use crate::scheduler::policy::PolicyReport;
-use crate::scheduler::{Device, Phase, Placement};
 
 impl Exec {
     /// Lets the offload policy decide which blocks are resident (see

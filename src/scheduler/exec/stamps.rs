@@ -6,7 +6,7 @@ use std::time::Instant;
 use super::{Exec, StageTimes};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
-use crate::scheduler::Device;
+use crate::ground::Device;
 
 impl Exec {
     /// A GPU timestamp before or after a stage on `d`, when the measured pass uses them.

@@ -20,7 +20,7 @@
 //! level (`o`), with EWMA weight `smoothing`, so they never absorb a device-wide change.
 
 use super::StageCosts;
-use crate::scheduler::Device;
+use crate::ground::Device;
 
 /// Observations further than this factor from the estimate are clamped (a stalled timer).
 const MAX_RATIO: f64 = 8.0;

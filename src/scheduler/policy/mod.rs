@@ -21,8 +21,8 @@ pub use report::{DecisionReport, PhaseReport, PolicyReport, StageReport};
 pub use resident::{joint_bytes, joint_fits, solve_joint, Joint, JointCosts, ResidencyConfig};
 pub use solve::{fits, gpu_bytes, solve, StageCosts, MAX_UNITS};
 
-use super::{Device, Phase, PhasePlacement, Placement};
 use crate::error::{Error, Result};
+use crate::ground::{Device, Phase, PhasePlacement, Placement};
 use estimate::Estimator;
 
 /// What the policy may do and how it weighs evidence.

@@ -2,7 +2,7 @@
 //! per-stage estimates, and the migrations it made.
 
 use super::{Decision, StageCosts, TimeSource};
-use crate::scheduler::{Device, Phase, Placement};
+use crate::ground::{Device, Phase, Placement};
 
 /// One stage's estimates and where it runs now.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]

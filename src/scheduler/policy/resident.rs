@@ -21,7 +21,7 @@
 
 use super::{PolicyConfig, StageCosts, MAX_UNITS};
 use crate::error::{Error, Result};
-use crate::scheduler::{Device, PhasePlacement, Placement};
+use crate::ground::{Device, PhasePlacement, Placement};
 
 /// What residency decisions need besides [`PolicyConfig`]; with it the config's
 /// `layer_gpu_bytes` are not used (a block's bytes are its weights when resident plus its KV).

@@ -4,7 +4,7 @@
 
 use super::PolicyConfig;
 use crate::error::{Error, Result};
-use crate::scheduler::{Device, Placement};
+use crate::ground::{Device, Placement};
 
 /// Most memory units the dynamic programme tracks: sizes are rounded up to units of
 /// `ceil(budget / MAX_UNITS)` bytes, so the table stays small (stages × 2 × 4097) whatever the

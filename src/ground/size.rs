@@ -1,13 +1,25 @@
 //! Byte sizes and counts as people write them: `24G`, `1.5GiB`, `800MB`, `35B` parameters.
 
-use crate::error::{Error, Result};
+/// A size or count that does not parse; the message names the text.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SizeError(pub String);
+
+impl std::fmt::Display for SizeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for SizeError {}
+
+type Result<T> = std::result::Result<T, SizeError>;
 
 /// Parses a byte size. Units, any case: none or `B` = bytes; `K`, `M`, `G`, `T` and the same
 /// with `iB` (`KiB`, `MiB`, `GiB`, `TiB`) are binary (1024ⁿ), as RAM is sold; `KB`, `MB`, `GB`,
 /// `TB` are decimal (1000ⁿ), as [`format_size`] prints. A fraction is allowed (`1.5G`) and the
 /// result is rounded to the nearest byte. Errors name the text.
 pub fn parse_size(s: &str) -> Result<u64> {
-    let bad = |why: &str| Error::InvalidArgument(format!("size {s:?}: {why}"));
+    let bad = |why: &str| SizeError(format!("size {s:?}: {why}"));
     let (num, unit) = split_number(s.trim());
     if num.is_empty() {
         return Err(bad("expected a number, then an optional unit"));
@@ -36,7 +48,7 @@ pub fn parse_size(s: &str) -> Result<u64> {
 /// Parses a count such as a parameter number: a plain integer, or a number with `K`, `M`, `B`
 /// or `T` (thousand, million, billion, trillion; any case): `35B`, `1.5T`, `135M`.
 pub fn parse_count(s: &str) -> Result<u64> {
-    let bad = |why: &str| Error::InvalidArgument(format!("count {s:?}: {why}"));
+    let bad = |why: &str| SizeError(format!("count {s:?}: {why}"));
     let (num, unit) = split_number(s.trim());
     if num.is_empty() {
         return Err(bad("expected a number, then an optional unit"));
