@@ -7,7 +7,7 @@
 // for every invocation). Here lane l of the subgroup loads token t0 + min(l, 7)'s chunk, so
 // one lane loop delivers 8 tokens' words, and `subgroupBroadcast` with a constant lane
 // (an extract + splat in llvmpipe) hands token t0 + k's chunk to every invocation: 12 lane
-// loops per chunk and tile instead of 96 (PERFLOG "q8sg (session 9)": matmuls ~2.4x).
+// loops per chunk and tile instead of 96 (matmuls ~2.4x on lavapipe).
 // Subgroup operations need their subgroup's lanes to be active together: no early return;
 // invocations past the matrix compute its last row and store nothing. Invocations
 // lid >= S = P.row_stride (a multiple of the subgroup size, chosen by the host so that the

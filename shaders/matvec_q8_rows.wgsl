@@ -11,11 +11,10 @@
 // row_offset..row_offset + rows of y are untouched.
 // Why ROWS: llvmpipe loads storage words lane by lane, and a chunk's activations (8 words of
 // qx, a vec4 of qd) cost more loads than its Q4 weights (4 + 1 words); sharing them over 4
-// rows cuts the loads per row by about half (PERFLOG 2026-12-01, gpudecode).
+// rows cuts the loads per row by about half.
 // The partial sums are four named scalars, not an array indexed by token: llvmpipe (lavapipe)
 // keeps a dynamically indexed private array in scratch memory and gathers/scatters it per SIMD
-// lane on every chunk; the scalars stay in registers (~2-3x decode on lavapipe, PERFLOG
-// 2026-12-01).
+// lane on every chunk; the scalars stay in registers (~2-3x decode on lavapipe).
 
 // WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
 // Rows per invocation for fewer than 4 tokens (MATVEC_Q8_ROWS_PER_INVOCATION in

@@ -314,3 +314,30 @@ pub fn shift_kv_host<B: Backend + ?Sized>(
     )?;
     b.write_kv(layer, &k, &v)
 }
+
+/// Every weight the forward pass uses, with the shape ([ne0, ne1]) it must have.
+pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
+    use WeightId::*;
+    let (e, q, kv, ff) = (cfg.n_embd, cfg.q_dim(), cfg.kv_dim(), cfg.n_ff);
+    let mut v = vec![(TokEmbd, vec![e, cfg.n_vocab]), (OutputNorm, vec![e])];
+    if !cfg.tied_embeddings {
+        v.push((Output, vec![e, cfg.n_vocab]));
+    }
+    for l in 0..cfg.n_layer {
+        v.extend([
+            (AttnNorm(l), vec![e]),
+            (Wq(l), vec![e, q]),
+            (Wk(l), vec![e, kv]),
+            (Wv(l), vec![e, kv]),
+            (Wo(l), vec![q, e]),
+            (FfnNorm(l), vec![e]),
+            (Gate(l), vec![e, ff]),
+            (Up(l), vec![e, ff]),
+            (Down(l), vec![ff, e]),
+        ]);
+        if cfg.qkv_bias {
+            v.extend([(Bq(l), vec![q]), (Bk(l), vec![kv]), (Bv(l), vec![kv])]);
+        }
+    }
+    v
+}

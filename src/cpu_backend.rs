@@ -79,7 +79,7 @@ impl CpuBackend {
     /// Checks that every weight exists with the right shape and a type the CPU can compute
     /// with, naming the first tensor that does not.
     pub fn check_weights(g: &Gguf, cfg: &Config) -> Result<()> {
-        for (id, dims) in crate::model::expected_weights(cfg) {
+        for (id, dims) in crate::backend::expected_weights(cfg) {
             let t = g.require_tensor(&id.tensor_name())?;
             expect_shape(t, &dims)?;
             if !t.ty.is_supported() {
@@ -136,7 +136,7 @@ impl CpuBackend {
         kv_types.check_head_dim(cfg.head_dim)?;
         let mut mats = HashMap::new();
         let mut vecs = HashMap::new();
-        for (id, dims) in crate::model::expected_weights(&cfg) {
+        for (id, dims) in crate::backend::expected_weights(&cfg) {
             if let [len] = dims[..] {
                 let v = match prepared.vec(id) {
                     Some(v) => v.clone(),

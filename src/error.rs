@@ -38,7 +38,7 @@ pub enum Error {
     #[error("prompt of {n_prompt} tokens does not fit the context of {n_ctx} tokens")]
     ContextOverflow { n_prompt: usize, n_ctx: usize },
 
-    /// A prompt cache file was refused (`crate::prompt_cache`).
+    /// A prompt cache file was refused (`crate::engine::prompt_cache`).
     #[error("prompt cache {path}: {kind}")]
     PromptCache {
         path: PathBuf,

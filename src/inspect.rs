@@ -118,8 +118,8 @@ fn human_count(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::gguf::writer::GgufWriter;
     use crate::gguf::ValueType;
-    use crate::gguf_writer::GgufWriter;
 
     #[test]
     fn lists_metadata_tensors_and_totals() {

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use common::{reference_forward, rel_err};
 use kernels_ref::GgmlType;
 use memwall::engine::{LoadOptions, Model};
+use memwall::gguf::writer::GgufWriter;
 use memwall::gguf::{Gguf, Value};
-use memwall::gguf_writer::GgufWriter;
 use memwall::model::Logits;
 
 const N_EMBD: usize = 64;

@@ -1,4 +1,4 @@
-//! Context shift (`crate::ctx_shift`): the moved keys equal RoPE recomputed at their new
+//! Context shift (`crate::engine::ctx_shift`): the moved keys equal RoPE recomputed at their new
 //! positions (CPU and GPU caches); on a one-block model, whose cache depends on each token
 //! alone, decoding after a shift equals evaluating the kept tokens from scratch; a long greedy
 //! generation in a small context never fails and keeps its KV memory flat; CPU and GPU pick the
@@ -10,7 +10,7 @@ mod common;
 
 use common::kv::{greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch};
 use memwall::config::RopeKind;
-use memwall::ctx_shift::{CtxOverflow, KvShift};
+use memwall::engine::ctx_shift::{CtxOverflow, KvShift};
 use memwall::engine::StopReason;
 use memwall::model::Logits;
 use memwall::Error;

@@ -86,7 +86,7 @@ fn seeds() -> Vec<Vec<u8>> {
                 vec![Value::Array(ValueType::I16, vec![Value::I16(3)])],
             ),
         );
-    let types = memwall::gguf_writer::GgufWriter::new()
+    let types = memwall::gguf::writer::GgufWriter::new()
         .tensor("q2k", GgmlType::Q2_K, &[256], vec![0u8; 84])
         .tensor("f16", GgmlType::F16, &[4], vec![0u8; 8])
         .tensor("bf16", GgmlType::BF16, &[2, 2], vec![0u8; 8])

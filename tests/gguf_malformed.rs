@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
+use memwall::gguf::writer::{GgufWriter, Layout};
 use memwall::gguf::{Gguf, GgufError, Value, ValueType, MAX_KEY_LEN, MAX_METADATA_BYTES};
-use memwall::gguf_writer::{GgufWriter, Layout};
 use memwall::GgmlType;
 
 struct Case {

@@ -58,7 +58,7 @@ fn gpu_greedy_agrees_with_llama_cpp() {
 /// comparison (15 windows of 256, `check_perplexity`) takes ~15 minutes on lavapipe's 2-core
 /// prefill, so CI scores the first two windows on both devices and holds the GPU to 1% of
 /// the CPU path (which `tests/reference.rs` holds to 1% of llama.cpp on all 15); the full
-/// GPU figure is measured with `memwall perplexity --device gpu` (README).
+/// GPU figure is measured with `memwall perplexity --device gpu` (docs/performance.md).
 #[test]
 fn gpu_perplexity_on_two_windows_within_one_percent_of_the_cpu_path() {
     let text = std::fs::read_to_string(common::shared().join("reference/ppl_text.txt")).unwrap();

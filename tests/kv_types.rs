@@ -201,10 +201,10 @@ fn ppl_2_windows(m: &Arc<Model>) -> f64 {
     r.ppl
 }
 
-/// The bounds on the CPU: K and V q8_0 within 0.5% of f16, K q8_0 / V q4_0 within 2%.
+/// The bounds on the CPU: K and V q8_0 within 0.5% of f16, K q8_0 / V q4_0 within 2%.
 /// f32 activations: with the 8-bit activation chunks, any tiny change of a cached value moves
 /// two windows' perplexity by about 1% (f16 against f32 caches does), which would hide the
-/// cache types' own effect; the full-text figures with 8-bit activations are in the README.
+/// cache types' own effect; the full-text figures with 8-bit activations are in docs/gpu.md.
 #[test]
 fn cpu_perplexity_per_type_vs_f16() {
     let ppl = |k, v| ppl_2_windows(&cpu_model_with(k, v, true));

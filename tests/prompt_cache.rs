@@ -1,4 +1,4 @@
-//! Prefix reuse and prompt cache files (`crate::prompt_cache`): a restored prefix gives the
+//! Prefix reuse and prompt cache files (`crate::engine::prompt_cache`): a restored prefix gives the
 //! same output as evaluating the prompt; files from another model, with other KV types,
 //! truncated, corrupt, or with trailing bytes are refused with typed errors (never a panic)
 //! and leave the session untouched; a failed save keeps the existing file.
@@ -8,9 +8,9 @@ mod common;
 use std::path::PathBuf;
 
 use common::kv::{greedy, load, random_ids, synth_model};
+use memwall::engine::prompt_cache::{hash64, PromptCache, PromptCacheError};
 use memwall::engine::Session;
 use memwall::model::Logits;
-use memwall::prompt_cache::{hash64, PromptCache, PromptCacheError};
 use memwall::Error;
 
 fn temp(name: &str) -> PathBuf {

@@ -1,6 +1,6 @@
 //! Micro-measurement of the ways a compute shader can read memory, on the default adapter
 //! (WGPU_BACKEND picks another): why the decode matvec reads its activations from a uniform
-//! binding on lavapipe (PERFLOG 2026-12-02, gpuload). Mesa 22.3's llvmpipe loads a storage
+//! binding on lavapipe. Mesa 22.3's llvmpipe loads a storage
 //! word lane by lane (a loop over the SIMD lanes with branches) unless its offset is
 //! statically uniform; other paths may gather without the loop.
 //!

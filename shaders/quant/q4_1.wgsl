@@ -7,7 +7,7 @@ const QK: u32 = 32u;
 
 // [rows, cols / 32] vec4 of words: the block's 16 code bytes, little-endian. One vec4 load
 // per block: llvmpipe loads a storage word lane by lane, and one vec4 load costs less than
-// four u32 loads (benches/gpu_load_paths.rs, PERFLOG 2026-12-02 gpuload).
+// four u32 loads (benches/gpu_load_paths).
 @group(0) @binding(0) var<storage, read> wq: array<vec4<u32>>;
 // [rows * cols / 32] words: block g's (d, m) as two f16, d in the low half.
 @group(0) @binding(1) var<storage, read> ws: array<u32>;

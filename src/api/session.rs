@@ -4,8 +4,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::chat::ChatMessage;
+use crate::engine::generate::Generator;
 use crate::error::{Error, Result};
-use crate::generate::Generator;
 use crate::sampler::{Sampler, SamplerParams};
 
 use super::stream::TokenStream;

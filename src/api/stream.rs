@@ -2,9 +2,9 @@
 
 use std::collections::VecDeque;
 
+use crate::engine::generate::{Generator, Step};
 use crate::engine::{StopReason, Timings};
 use crate::error::Result;
-use crate::generate::{Generator, Step};
 use crate::ground::PhasePlacement;
 use crate::scheduler::Fallback;
 

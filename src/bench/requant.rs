@@ -13,8 +13,8 @@ use kernels_ref::GgmlType;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::gguf::writer::GgufWriter;
 use crate::gguf::{Gguf, Value, ALIGNMENT_KEY};
-use crate::gguf_writer::GgufWriter;
 
 const FILE_TYPE_KEY: &str = "general.file_type";
 

@@ -15,8 +15,8 @@ use kernels_ref::GgmlType;
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
+use crate::gguf::writer::{put_str, put_u32, put_u64, put_value, GgufWriter};
 use crate::gguf::{Value, ValueType, DEFAULT_ALIGNMENT, GGUF_MAGIC};
-use crate::gguf_writer::{put_str, put_u32, put_u64, put_value, GgufWriter};
 
 /// A model shape.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]

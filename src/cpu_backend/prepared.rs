@@ -90,7 +90,7 @@ impl PreparedWeights {
         let isa = Isa::best();
         let mut vecs = HashMap::new();
         let mut read = Vec::new();
-        for (id, dims) in crate::model::expected_weights(cfg) {
+        for (id, dims) in crate::backend::expected_weights(cfg) {
             if let [len] = dims[..] {
                 let (t, v) = CpuBackend::dequantize_vec(g, id, len)?;
                 vecs.insert(id, v);

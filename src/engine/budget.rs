@@ -88,7 +88,7 @@ fn costs(
     use WeightId::*;
     let kv_dim = cfg.kv_dim();
     let per_layer_kv = (kv.k.bytes(n_ctx * kv_dim) + kv.v.bytes(n_ctx * kv_dim)) as u64;
-    let vecs: u64 = crate::model::expected_weights(cfg)
+    let vecs: u64 = crate::backend::expected_weights(cfg)
         .iter()
         .filter_map(|(_, d)| match d[..] {
             [len] => Some(len as u64 * 4),
@@ -235,7 +235,7 @@ mod tests {
 
     #[test]
     fn spans_cover_a_blocks_tensors_and_reads_round_out_to_4k() {
-        use crate::gguf_writer::GgufWriter;
+        use crate::gguf::writer::GgufWriter;
         use kernels_ref::GgmlType;
         let w = GgufWriter::new()
             .tensor("blk.0.a", GgmlType::F32, &[1000], vec![0u8; 4000])

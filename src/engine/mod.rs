@@ -8,11 +8,7 @@ use std::time::{Duration, Instant};
 use crate::backend::WeightId;
 use crate::config::Config;
 use crate::cpu_backend::{CpuBackend, PreparedWeights};
-pub use crate::ctx_shift::CtxOverflow;
-use crate::ctx_shift::ShiftStats;
 use crate::error::{Error, Result};
-pub use crate::generate::Generator;
-use crate::generate::Step;
 use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuLoadOptions, GpuModel};
 use crate::ground::{Device, PhasePlacement, Placement};
@@ -22,11 +18,18 @@ use crate::sampler::Sampler;
 use crate::scheduler::exec::gpu_stages;
 use crate::scheduler::{Exec, Fallback, FallbackCause, KvRebuild};
 use crate::tokenizer::Tokenizer;
+pub use ctx_shift::CtxOverflow;
+use ctx_shift::ShiftStats;
+pub use generate::Generator;
+use generate::Step;
 
 mod budget;
+pub mod ctx_shift;
+pub mod generate;
 mod open;
 mod perplexity;
 mod prefault;
+pub mod prompt_cache;
 
 pub use budget::MemoryReport;
 
@@ -468,7 +471,7 @@ pub struct Session {
     /// The tokens whose keys and values are cached, at positions 0..len.
     pub(crate) tokens: Vec<u32>,
     pub(crate) n_ctx: usize,
-    /// What happens when the context is full (`crate::ctx_shift`).
+    /// What happens when the context is full (`crate::engine::ctx_shift`).
     pub(crate) overflow: CtxOverflow,
     /// Tokens a context shift keeps (`None`: the BOS token, if the model adds one).
     pub(crate) n_keep: Option<usize>,

@@ -30,7 +30,7 @@ pub(super) fn prefault(g: &Gguf, plan: &[&TensorInfo], progress: &mut dyn FnMut(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gguf_writer::GgufWriter;
+    use crate::gguf::writer::GgufWriter;
     use kernels_ref::GgmlType;
 
     #[test]

@@ -17,6 +17,7 @@ mod parse;
 #[cfg(test)]
 mod tests;
 mod value;
+pub mod writer;
 
 pub use value::{Value, ValueType};
 

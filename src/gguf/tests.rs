@@ -1,7 +1,7 @@
 //! Success-path tests of the reader. Malformed inputs are in `tests/gguf_malformed.rs`.
 
 use super::*;
-use crate::gguf_writer::GgufWriter;
+use crate::gguf::writer::GgufWriter;
 
 /// A header, written out by hand (not with the writer), so the reader is checked against the
 /// format itself: v3, 1 tensor, 2 metadata pairs.

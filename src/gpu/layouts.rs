@@ -41,8 +41,8 @@ pub fn cpu_worker_threads() -> u32 {
 /// How the prefill integer matmuls (`matmul_q8_rows*.wgsl`) spread a matrix's rows over
 /// workgroups: `stride` live invocations per workgroup (the rest return or skip their work),
 /// chosen per launch so that the workgroups share out evenly over the adapter's worker
-/// threads. (The decode matvec keeps full workgroups: it gained nothing, PERFLOG "balance
-/// (session 11)".)
+/// threads. (The decode matvec keeps full workgroups: balancing them gained nothing on
+/// lavapipe.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RowBalance {
     /// Worker threads ([`AdapterFacts::worker_threads`]); 0 (not a CPU adapter): keep full

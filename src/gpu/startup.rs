@@ -30,7 +30,7 @@ impl StageFormats {
             layers: vec![HashSet::new(); cfg.n_layer],
             ..StageFormats::default()
         };
-        for (id, dims) in crate::model::expected_weights(cfg) {
+        for (id, dims) in crate::backend::expected_weights(cfg) {
             if dims.len() < 2 {
                 continue;
             }

@@ -233,7 +233,7 @@ impl GpuModel {
         let mut stage = (None, 0u64);
         // Weight bytes whose upload copies have run (see `flush_uploads`).
         let mut flushed = 0u64;
-        for (id, dims) in crate::model::expected_weights(cfg) {
+        for (id, dims) in crate::backend::expected_weights(cfg) {
             if let Some(p) = &opts.resident {
                 // Norms and biases (a few KB a layer) stay on the GPU for every layer, so
                 // a streamed layer only moves its matrices.

@@ -244,7 +244,7 @@ impl Exec {
         })?;
         let tied = self.cfg.tied_embeddings;
         // Blocks without resident weights are streamed; the embedding and head must be there.
-        let missing = crate::model::expected_weights(&self.cfg)
+        let missing = crate::backend::expected_weights(&self.cfg)
             .into_iter()
             .map(|(id, _)| id)
             .filter(|id| id.layer_index().is_none())
@@ -526,8 +526,8 @@ impl Exec {
     }
 
     /// Shifts every layer's KV cache (positions 0..s.n_pos) on the device that holds it: a
-    /// context shift (`crate::ctx_shift`).
-    pub fn shift_kv(&mut self, s: crate::ctx_shift::KvShift) -> Result<()> {
+    /// context shift (`crate::engine::ctx_shift`).
+    pub fn shift_kv(&mut self, s: crate::backend::KvShift) -> Result<()> {
         s.check()?;
         let cfg = self.cfg.clone();
         for l in 0..cfg.n_layer {

@@ -34,7 +34,7 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     if !path.exists() {
         let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
         let w = memwall::bench::synth::synth_writer(&o).unwrap();
-        let mut out = memwall::gguf_writer::GgufWriter::new();
+        let mut out = memwall::gguf::writer::GgufWriter::new();
         for (k, v) in w.metadata_pairs() {
             let v = if k == "general.architecture" {
                 memwall::gguf::Value::String(arch.into())

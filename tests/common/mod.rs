@@ -8,8 +8,8 @@ pub mod kv;
 use std::path::PathBuf;
 use std::process::Command;
 
+use memwall::gguf::writer::GgufWriter;
 use memwall::gguf::{Value, ValueType};
-use memwall::gguf_writer::GgufWriter;
 use memwall::GgmlType;
 
 /// The test model: `MEMWALL_MODEL`, else the cache path. Panics (fails the test) when missing.

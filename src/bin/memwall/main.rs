@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 use memwall::api;
 use memwall::chat::ChatMessage;
+use memwall::engine::prompt_cache::PromptCache;
 use memwall::engine::{CtxOverflow, LoadOptions, Session};
 use memwall::kv_type::{KvType, KvTypes};
-use memwall::prompt_cache::PromptCache;
 use memwall::sampler::SamplerParams;
 
 mod tools;
@@ -616,7 +616,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         }
         if let Some(g) = model.gpu() {
             // The start-up check: variants tested in this load, the record and pipeline
-            // cache used (README "Start-up").
+            // cache used (docs/embedding.md, "Start-up").
             obj["gpu_startup"] = serde_json::to_value(&g.health).unwrap_or_default();
         }
         if let Some(r) = session.exec().policy_report() {

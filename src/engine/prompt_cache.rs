@@ -230,7 +230,7 @@ impl Session {
     /// with, at most `prompt.len() - 1` tokens (the rest must yield logits) and what the
     /// context holds. Returns its length: evaluate `prompt[n..]` next.
     pub fn restore_prefix(&mut self, cache: &PromptCache, prompt: &[u32]) -> Result<usize> {
-        let n = crate::ctx_shift::common_prefix(cache.tokens(), prompt)
+        let n = crate::engine::ctx_shift::common_prefix(cache.tokens(), prompt)
             .min(prompt.len().saturating_sub(1))
             .min(self.n_ctx);
         for l in 0..self.model().config().n_layer {

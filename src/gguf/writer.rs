@@ -3,7 +3,7 @@
 //!
 //! ```
 //! use memwall::gguf::{Gguf, Value};
-//! use memwall::gguf_writer::GgufWriter;
+//! use memwall::gguf::writer::GgufWriter;
 //! use memwall::GgmlType;
 //!
 //! let w = GgufWriter::new()
