@@ -11,19 +11,9 @@ use std::time::{Duration, Instant};
 use memwall::cpu::{self, Isa, MatmulScratch, PackedWeight, WeightView};
 use memwall::GgmlType;
 
-/// xorshift64*, seeded.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn f(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 24) as f32 - 0.5
-    }
-}
+#[path = "../tests/common/rng.rs"]
+mod rng;
+use rng::Rng;
 
 /// Random blocks with a sane f16 value in every 2-byte slot that could be a scale: simplest is
 /// to give every byte pair a small half value, which is valid for any format's scale fields.
@@ -31,7 +21,7 @@ fn weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> Vec<u8> {
     let bytes = ty.row_bytes(cols as u64).expect("whole blocks") as usize * rows;
     let mut v = vec![0u8; bytes];
     for pair in v.chunks_exact_mut(2) {
-        let h = half::f16::from_f32(0.01 + 0.01 * rng.f());
+        let h = half::f16::from_f32(0.01 + 0.01 * rng.unit());
         pair.copy_from_slice(&h.to_le_bytes());
     }
     v
@@ -116,7 +106,7 @@ fn bench_shape(
             PackedWeight::pack(isa, &w).expect("pack")
         })
         .collect();
-    let x: Vec<f32> = (0..n * cols).map(|_| rng.f()).collect();
+    let x: Vec<f32> = (0..n * cols).map(|_| rng.unit() - 0.5).collect();
     let mut y = vec![0f32; n * rows];
     let mut s = MatmulScratch::default();
     let mut i = 0;

@@ -10,21 +10,6 @@ use common::*;
 use memwall::gguf::{Gguf, Value, ValueType};
 use memwall::GgmlType;
 
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
-
 /// Values that hit edge cases when written over a count, length, type or offset.
 const INTERESTING: [u64; 12] = [
     0,
@@ -43,27 +28,27 @@ const INTERESTING: [u64; 12] = [
 
 fn mutate(rng: &mut Rng, src: &[u8]) -> Vec<u8> {
     let mut b = src.to_vec();
-    for _ in 0..1 + rng.below(4) {
+    for _ in 0..1 + rng.below_usize(4) {
         if b.is_empty() {
             break;
         }
-        let at = rng.below(b.len());
-        match rng.below(6) {
-            0 => b[at] ^= 1 << rng.below(8),
-            1 => b[at] = rng.next() as u8,
+        let at = rng.below_usize(b.len());
+        match rng.below_usize(6) {
+            0 => b[at] ^= 1 << rng.below_usize(8),
+            1 => b[at] = rng.next_u64() as u8,
             2 => {
-                let v = INTERESTING[rng.below(INTERESTING.len())].to_le_bytes();
-                let w = [1, 2, 4, 8][rng.below(4)];
+                let v = INTERESTING[rng.below_usize(INTERESTING.len())].to_le_bytes();
+                let w = [1, 2, 4, 8][rng.below_usize(4)];
                 let end = (at + w).min(b.len());
                 b[at..end].copy_from_slice(&v[..end - at]);
             }
             3 => b.truncate(at),
             4 => {
-                let n = rng.below(16);
-                b.splice(at..at, (0..n).map(|_| rng.next() as u8));
+                let n = rng.below_usize(16);
+                b.splice(at..at, (0..n).map(|_| rng.next_u64() as u8));
             }
             _ => {
-                let end = (at + rng.below(16)).min(b.len());
+                let end = (at + rng.below_usize(16)).min(b.len());
                 b.drain(at..end);
             }
         }

@@ -8,6 +8,7 @@
 //! Needs a GPU adapter (lavapipe in CI; `WGPU_BACKEND=gl` for the portable path): with none,
 //! these tests FAIL.
 
+mod common;
 mod gpu_support;
 
 use gpu_support::{random_weights, Rng};

@@ -4,6 +4,7 @@
 //! Needs a GPU adapter (lavapipe is enough: `mesa-vulkan-drivers`; `WGPU_BACKEND=gl` tests the
 //! portable GL path). With no adapter these tests FAIL: a GPU test must never pass silently.
 
+mod common;
 mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};

@@ -8,6 +8,7 @@
 //!
 //! Needs a GPU adapter (lavapipe, or `WGPU_BACKEND=gl`) and ../shared; FAILS without either.
 
+mod common;
 mod gpu_support;
 
 use std::path::PathBuf;
@@ -18,18 +19,8 @@ use memwall::gguf::Gguf;
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::{repack, GpuContext, WeightFormat};
 
-/// `../shared` beside the repository (main checkout) or beside the worktree folder.
 fn shared_dir() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for cand in [root.join("../shared"), root.join("../../shared")] {
-        if cand.join("fixtures").is_dir() {
-            return cand;
-        }
-    }
-    panic!(
-        "shared data not found beside {} (tried ../shared and ../../shared)",
-        root.display()
-    );
+    common::shared()
 }
 
 /// Every kernel set of the adapter, plus one on a 7-workgroup-wide grid (37 rows: 7 x 6, 5 surplus).

@@ -6,6 +6,7 @@
 //!
 //! Needs a GPU adapter (lavapipe, or `WGPU_BACKEND=gl` for the portable path); FAILS without.
 
+mod common;
 mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};

@@ -4,6 +4,7 @@
 //! Needs a GPU adapter (lavapipe; `WGPU_BACKEND=gl` for the GL path). With no adapter these
 //! tests FAIL: a GPU test must never pass silently.
 
+mod common;
 mod gpu_support;
 
 use std::collections::HashSet;

@@ -2,11 +2,15 @@
 //! weights on the GPU when the budget holds only some, the others streamed at
 //! `max(gpu compute, upload)` per pass, with both phases' placements solved together.
 
+#[path = "common/rng.rs"]
+mod rng;
+
 use memwall::ground::{Device, Phase, PhasePlacement, Placement};
 use memwall::scheduler::policy::{
     joint_bytes, solve_joint, Joint, JointCosts, Policy, PolicyConfig, Prior, ResidencyConfig,
     Sample, StageCosts, TimeSource,
 };
+use rng::Rng;
 
 const MIB: u64 = 1 << 20;
 
@@ -227,17 +231,6 @@ fn residency_goes_to_the_blocks_whose_streaming_costs_most() {
     );
     assert_eq!(j.placements.decode, Placement::all(Device::Gpu, 6), "{j:?}");
     assert!(joint_bytes(&j, &cfg, &r) <= cfg.gpu_budget_bytes);
-}
-
-/// xorshift64*
-struct Rng(u64);
-impl Rng {
-    fn f(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) >> 11) as f64 / (1u64 << 53) as f64
-    }
 }
 
 #[test]

@@ -7,18 +7,11 @@ use std::path::PathBuf;
 use kernels_ref::{can_quantize, dequantize_vec, quantize, GgmlType};
 use memwall::gguf::{Gguf, TensorInfo};
 
-/// `../shared` beside the repository (main checkout) or beside the worktree folder.
+#[path = "common/shared.rs"]
+mod shared;
+
 fn shared_dir() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for cand in [root.join("../shared"), root.join("../../shared")] {
-        if cand.join("fixtures").is_dir() {
-            return cand;
-        }
-    }
-    panic!(
-        "shared data not found beside {} (tried ../shared and ../../shared)",
-        root.display()
-    );
+    shared::shared()
 }
 
 fn open(name: &str) -> Gguf {

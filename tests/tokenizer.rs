@@ -7,17 +7,9 @@ use std::path::PathBuf;
 use memwall::gguf::Gguf;
 use memwall::tokenizer::{StreamDecoder, Tokenizer};
 
-/// `/work/shared` seen from the crate root (a checkout beside it, or a worktree one level down).
-fn shared() -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in ["../shared", "../../shared"] {
-        let p = root.join(up);
-        if p.join("reference").is_dir() {
-            return p;
-        }
-    }
-    panic!("shared test data not found beside {}", root.display());
-}
+#[path = "common/shared.rs"]
+mod shared_data;
+use shared_data::shared;
 
 fn model_path() -> PathBuf {
     match std::env::var_os("MEMWALL_MODEL") {

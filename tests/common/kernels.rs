@@ -3,41 +3,7 @@
 use half::{bf16, f16};
 use memwall::GgmlType;
 
-/// xorshift64* — small, seeded, reproducible.
-pub struct Rng(u64);
-
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    pub fn unit(&mut self) -> f32 {
-        (self.next_u64() >> 40) as f32 / (1u64 << 24) as f32
-    }
-    /// Approximately normal (sum of 4 uniforms, centred, unit variance).
-    pub fn normal(&mut self) -> f32 {
-        ((0..4).map(|_| self.unit()).sum::<f32>() - 2.0) * 3f32.sqrt()
-    }
-    /// Normal values with ~2% outliers 30-60x larger, as real activations have.
-    pub fn activations(&mut self, n: usize) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                let v = self.normal();
-                if self.unit() < 0.02 {
-                    v * (30.0 + 30.0 * self.unit())
-                } else {
-                    v
-                }
-            })
-            .collect()
-    }
-}
+use super::Rng;
 
 /// Byte offsets of the f16 scale fields inside one block of `ty` (the rest is random bits).
 fn f16_fields(ty: GgmlType) -> &'static [usize] {

@@ -4,6 +4,12 @@
 pub mod agreement;
 pub mod json;
 pub mod kv;
+pub mod rng;
+pub mod shared;
+
+pub use rng::Rng;
+#[allow(unused_imports)]
+pub use shared::{shared, shared_path};
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -22,18 +28,6 @@ pub fn model_path() -> PathBuf {
         });
     assert!(p.is_file(), "test model missing at {}", p.display());
     p
-}
-
-/// A file under the shared data folder beside the repository (or beside the worktrees).
-pub fn shared_path(rel: &str) -> PathBuf {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    for up in ["../shared", "../../shared"] {
-        let p = root.join(up).join(rel);
-        if p.exists() {
-            return p;
-        }
-    }
-    panic!("shared data {rel} not found beside {}", root.display());
 }
 
 /// f16 bits of 1.0.
@@ -127,11 +121,6 @@ pub fn assert_check_fails(path: &std::path::Path, needle: &str) {
 mod reference;
 #[allow(unused_imports)]
 pub use reference::{reference_forward, rel_err};
-
-/// The shared data folder beside the repository (`../shared`).
-pub fn shared() -> PathBuf {
-    shared_path("reference").parent().unwrap().to_path_buf()
-}
 
 #[allow(dead_code)]
 mod kernels;

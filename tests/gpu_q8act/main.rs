@@ -5,6 +5,8 @@
 //! Needs a GPU adapter (lavapipe: `mesa-vulkan-drivers`; `WGPU_BACKEND=gl` tests the portable
 //! path) and the test model: without either these tests FAIL.
 
+#[path = "../common/mod.rs"]
+mod common;
 #[path = "../gpu_support/mod.rs"]
 mod gpu_support;
 mod platform;

@@ -57,16 +57,16 @@ pub fn division_sweep(n_chunks: usize) -> Vec<f32> {
     let mut rng = Rng(0xD1F);
     let mut x = Vec::with_capacity(n_chunks * 32);
     for _ in 0..n_chunks {
-        let e = (rng.uniform() * 80.0) as i32 - 40;
-        let amax = (1.0 + rng.uniform()) as f32 * 2f32.powi(e);
-        let at = (rng.uniform() * 32.0) as usize;
+        let e = (rng.f() * 80.0) as i32 - 40;
+        let amax = (1.0 + rng.f()) as f32 * 2f32.powi(e);
+        let at = (rng.f() * 32.0) as usize;
         for i in 0..32 {
             let v = if i == at {
                 amax
             } else {
-                amax * (2.0 * rng.uniform() - 1.0) as f32
+                amax * (2.0 * rng.f() - 1.0) as f32
             };
-            x.push(if rng.uniform() < 0.5 { v } else { -v });
+            x.push(if rng.f() < 0.5 { v } else { -v });
         }
     }
     x

@@ -2,6 +2,8 @@
 //! never pass silently) and seeded inputs with outliers.
 #![allow(dead_code)]
 
+pub use crate::common::Rng;
+
 use kernels_ref::GgmlType;
 use memwall::gpu::{DeviceSelector, GpuContext};
 
@@ -31,29 +33,6 @@ pub fn context() -> GpuContext {
     }
 }
 
-/// xorshift64*, seeded: reproducible inputs without a dependency.
-pub struct Rng(pub u64);
-
-impl Rng {
-    pub fn uniform(&mut self) -> f64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// Roughly normal values scaled by `scale`; every 97th is a 50x outlier (activation
-    /// outliers are real).
-    pub fn values(&mut self, n: usize, scale: f64) -> Vec<f32> {
-        (0..n)
-            .map(|i| {
-                let v = (self.uniform() + self.uniform() + self.uniform() - 1.5) * scale;
-                (if i % 97 == 13 { v * 50.0 } else { v }) as f32
-            })
-            .collect()
-    }
-}
-
 /// A seeded `[rows, cols]` matrix of `ty` in ggml layout. Formats kernels-ref can quantize
 /// are quantized from [`Rng::values`] (outliers included); the K-quants, which memwall only
 /// reads, are random bytes (every quant and sub-scale bit pattern) with their f16 super-scales
@@ -70,10 +49,10 @@ pub fn random_weights(rng: &mut Rng, ty: GgmlType, rows: usize, cols: usize) -> 
         other => panic!("no random weights for {other:?}"),
     };
     let bytes = ty.row_bytes(cols as u64).unwrap() as usize * rows;
-    let mut v: Vec<u8> = (0..bytes).map(|_| (rng.uniform() * 256.0) as u8).collect();
+    let mut v: Vec<u8> = (0..bytes).map(|_| (rng.f() * 256.0) as u8).collect();
     for block in v.chunks_exact_mut(ty.type_size()) {
         for &at in halves {
-            let d = 0.001 + 0.049 * rng.uniform();
+            let d = 0.001 + 0.049 * rng.f();
             let h = kernels_ref::f32_to_f16(d as f32);
             block[at..at + 2].copy_from_slice(&h.to_le_bytes());
         }

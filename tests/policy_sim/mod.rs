@@ -1,29 +1,12 @@
 //! The simulated cost model and the executor loop the policy tests drive (shared helpers of
 //! tests/policy.rs; a directory module so cargo does not build it as a test of its own).
 
+#[path = "../common/rng.rs"]
+mod rng;
+pub use rng::Rng;
+
 use memwall::ground::{Device, Phase, Placement};
 use memwall::scheduler::policy::{Policy, PolicyConfig, Sample, StageCosts, TimeSource};
-
-/// xorshift64*: deterministic, no crates.
-pub struct Rng(pub u64);
-impl Rng {
-    pub fn new(seed: u64) -> Rng {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    pub fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    /// Uniform in [0, 1).
-    pub fn f(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
-    }
-    pub fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
 
 /// Devices of the stages in execution order (embed, layers, head).
 pub fn devs(p: &Placement) -> Vec<Device> {
