@@ -24,6 +24,9 @@ pub enum WeightId {
     Bq(usize),
     Bk(usize),
     Bv(usize),
+    /// Per-head RMS norms of Q and K before RoPE (`[head_dim]`, qwen3).
+    QNorm(usize),
+    KNorm(usize),
     Wo(usize),
     FfnNorm(usize),
     Gate(usize),
@@ -46,6 +49,8 @@ impl WeightId {
             Bq(l) => format!("blk.{l}.attn_q.bias"),
             Bk(l) => format!("blk.{l}.attn_k.bias"),
             Bv(l) => format!("blk.{l}.attn_v.bias"),
+            QNorm(l) => format!("blk.{l}.attn_q_norm.weight"),
+            KNorm(l) => format!("blk.{l}.attn_k_norm.weight"),
             Wo(l) => format!("blk.{l}.attn_output.weight"),
             FfnNorm(l) => format!("blk.{l}.ffn_norm.weight"),
             Gate(l) => format!("blk.{l}.ffn_gate.weight"),
@@ -59,29 +64,9 @@ impl WeightId {
         use WeightId::*;
         match self {
             TokEmbd | OutputNorm | Output => None,
-            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Bq(l) | Bk(l) | Bv(l) | Wo(l) | FfnNorm(l)
-            | Gate(l) | Up(l) | Down(l) => Some(l),
+            AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Bq(l) | Bk(l) | Bv(l) | QNorm(l) | KNorm(l)
+            | Wo(l) | FfnNorm(l) | Gate(l) | Up(l) | Down(l) => Some(l),
         }
-    }
-
-    /// The weights of transformer block `l` (biases only when the model has them).
-    pub fn layer(l: usize, qkv_bias: bool) -> Vec<WeightId> {
-        use WeightId::*;
-        let mut v = vec![
-            AttnNorm(l),
-            Wq(l),
-            Wk(l),
-            Wv(l),
-            Wo(l),
-            FfnNorm(l),
-            Gate(l),
-            Up(l),
-            Down(l),
-        ];
-        if qkv_bias {
-            v.extend([Bq(l), Bk(l), Bv(l)]);
-        }
-        v
     }
 }
 
@@ -337,6 +322,9 @@ pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
         ]);
         if cfg.qkv_bias {
             v.extend([(Bq(l), vec![q]), (Bk(l), vec![kv]), (Bv(l), vec![kv])]);
+        }
+        if cfg.qk_norm {
+            v.extend([(QNorm(l), vec![cfg.head_dim]), (KNorm(l), vec![cfg.head_dim])]);
         }
     }
     v

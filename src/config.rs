@@ -1,5 +1,6 @@
 //! Model hyper-parameters read from GGUF metadata (`<arch>.*` keys), for the llama family:
-//! llama, mistral, qwen2 (QKV bias, NeoX RoPE) and others that share the shape.
+//! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE) and
+//! others that share the shape.
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -37,6 +38,10 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Q, K and V projections have bias vectors (qwen2).
     pub qkv_bias: bool,
+    /// Each head of Q and K is RMS-normalized (its own `[head_dim]` weight) before RoPE
+    /// (qwen3: llama.cpp's `src/models/qwen3.cpp` applies `attn_q_norm` / `attn_k_norm` to the
+    /// per-head views of Qcur and Kcur, then `ggml_rope_ext` in NeoX mode).
+    pub qk_norm: bool,
 }
 
 /// Architectures whose forward pass is the llama one, with the RoPE style each uses.
@@ -45,6 +50,7 @@ const LLAMA_LIKE: &[(&str, RopeKind)] = &[
     ("mistral", RopeKind::Normal),
     ("granite", RopeKind::Normal),
     ("qwen2", RopeKind::Neox),
+    ("qwen3", RopeKind::Neox),
 ];
 
 impl Config {
@@ -118,6 +124,7 @@ impl Config {
         let n_vocab = emb.n_rows() as usize;
         let tied_embeddings = g.tensor("output.weight").is_none();
         let qkv_bias = g.tensor("blk.0.attn_q.bias").is_some();
+        let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
 
         let c = Config {
             arch,
@@ -136,6 +143,7 @@ impl Config {
             rope_kind,
             tied_embeddings,
             qkv_bias,
+            qk_norm,
         };
         c.validate()?;
         Ok(c)

@@ -113,8 +113,21 @@ pub fn layer_stage<B: Backend>(
         b.add_bias(Bk(l), &mut s.k, n)?;
         b.add_bias(Bv(l), &mut s.v, n)?;
     }
+    if cfg.qk_norm {
+        // Each head's row of head_dim values normalized on its own: q into att, k into u (both
+        // free here and at least as large: [n, q_dim] and [n, n_ff]), then the handles swapped
+        // so RoPE and attention read the normalized values; u is swapped back below, att keeps
+        // q's old buffer (the same shape).
+        b.rms_norm(QNorm(l), &s.q, n * cfg.n_head, &mut s.att)?;
+        std::mem::swap(&mut s.q, &mut s.att);
+        b.rms_norm(KNorm(l), &s.k, n * cfg.n_head_kv, &mut s.u)?;
+        std::mem::swap(&mut s.k, &mut s.u);
+    }
     b.rope_qk(&mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
+    if cfg.qk_norm {
+        std::mem::swap(&mut s.k, &mut s.u);
+    }
     b.matmul_add(Wo(l), &s.att, n, cfg.n_embd, &mut s.o, &mut s.x)?;
     // Feed-forward block.
     b.rms_norm(FfnNorm(l), &s.x, n, &mut s.h)?;

@@ -59,6 +59,18 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
                 }
             }
         }
+        if c.qk_norm {
+            // Each head's row of head_dim values on its own (llama.cpp's qwen3 graph).
+            for (t, name) in [
+                (&mut q, "attn_q_norm.weight"),
+                (&mut k, "attn_k_norm.weight"),
+            ] {
+                let w = vecf(g, &p(name));
+                assert_eq!(w.len(), c.head_dim);
+                let r = t.clone();
+                kernels_ref::rms_norm(&r, &w, c.rms_eps, t);
+            }
+        }
         for i in 0..n {
             let (fb, fs) = (c.rope_base, c.rope_freq_scale);
             let qi = &mut q[i * qd..(i + 1) * qd];
