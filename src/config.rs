@@ -44,11 +44,12 @@ pub struct Config {
     pub qk_norm: bool,
 }
 
-/// Architectures whose forward pass is the llama one, with the RoPE style each uses.
+/// Architectures whose forward pass is the llama one, with the RoPE style each uses. (granite
+/// is llama-shaped too but scales the embedding, the residual branches, the attention and the
+/// logits by its own factors; it stays refused until those are applied.)
 const LLAMA_LIKE: &[(&str, RopeKind)] = &[
     ("llama", RopeKind::Normal),
     ("mistral", RopeKind::Normal),
-    ("granite", RopeKind::Normal),
     ("qwen2", RopeKind::Neox),
     ("qwen3", RopeKind::Neox),
 ];
