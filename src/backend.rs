@@ -295,6 +295,7 @@ pub fn shift_kv_host<B: Backend + ?Sized>(
         -(s.discard as i64),
         cfg.rope_base,
         cfg.rope_freq_scale,
+        cfg.rope_freq_factors.as_deref(),
         cfg.rope_kind == crate::config::RopeKind::Neox,
     )?;
     b.write_kv(layer, &k, &v)
@@ -324,7 +325,10 @@ pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
             v.extend([(Bq(l), vec![q]), (Bk(l), vec![kv]), (Bv(l), vec![kv])]);
         }
         if cfg.qk_norm {
-            v.extend([(QNorm(l), vec![cfg.head_dim]), (KNorm(l), vec![cfg.head_dim])]);
+            v.extend([
+                (QNorm(l), vec![cfg.head_dim]),
+                (KNorm(l), vec![cfg.head_dim]),
+            ]);
         }
     }
     v

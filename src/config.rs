@@ -31,6 +31,11 @@ pub struct Config {
     pub rope_base: f32,
     /// Multiplies positions (1 / linear scaling factor).
     pub rope_freq_scale: f32,
+    /// Per-pair RoPE frequency factors, `[n_rot / 2]`: pair i's angle is divided by factor i
+    /// (Llama 3.1+'s "llama3" scaling, stored by llama.cpp's converter as the tensor
+    /// `rope_freqs.weight`; ggml's `ggml_rope_cache_init` in ggml/src/ggml-cpu/ops.cpp passes
+    /// `theta / ff` to `rope_yarn`).
+    pub rope_freq_factors: Option<Vec<f32>>,
     /// Dimensions of each head that RoPE rotates.
     pub n_rot: usize,
     pub rope_kind: RopeKind,
@@ -91,7 +96,8 @@ impl Config {
             Some(_) => Some(g.get_str(&scaling_key)?),
         };
         let rope_freq_scale = match scaling {
-            None | Some("none") => 1.0,
+            // "llama3" scales by the per-pair factors of `rope_freqs.weight` (read below).
+            None | Some("none") | Some("llama3") => 1.0,
             Some("linear") => {
                 let f = g.get_f32(&key("rope.scaling.factor"))?;
                 if !(f.is_finite() && f > 0.0) {
@@ -104,7 +110,7 @@ impl Config {
             }
             Some(other) => {
                 return Err(Error::Config(format!(
-                    "{} = {other:?} is not supported (none, linear)",
+                    "{} = {other:?} is not supported (none, linear, llama3)",
                     key("rope.scaling.type")
                 )))
             }
@@ -126,6 +132,41 @@ impl Config {
         let tied_embeddings = g.tensor("output.weight").is_none();
         let qkv_bias = g.tensor("blk.0.attn_q.bias").is_some();
         let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
+        let rope_freq_factors = match g.tensor("rope_freqs.weight") {
+            None if scaling == Some("llama3") => {
+                return Err(Error::Config(format!(
+                    "{} = \"llama3\" needs the tensor rope_freqs.weight, which is missing",
+                    key("rope.scaling.type")
+                )))
+            }
+            None => None,
+            Some(t) => {
+                let n = t.n_elements as usize;
+                if t.dims.len() != 1 || n != n_rot / 2 {
+                    return Err(Error::Tensor {
+                        name: t.name.clone(),
+                        msg: format!(
+                            "dimensions {:?}, expected [{}] (half the {n_rot} rotated dimensions)",
+                            t.dims,
+                            n_rot / 2
+                        ),
+                    });
+                }
+                let f = kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), n).map_err(|e| {
+                    Error::Tensor {
+                        name: t.name.clone(),
+                        msg: e.to_string(),
+                    }
+                })?;
+                if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+                    return Err(Error::Tensor {
+                        name: t.name.clone(),
+                        msg: format!("frequency factor {bad} is not a positive number"),
+                    });
+                }
+                Some(f)
+            }
+        };
 
         let c = Config {
             arch,
@@ -140,6 +181,7 @@ impl Config {
             rms_eps,
             rope_base,
             rope_freq_scale,
+            rope_freq_factors,
             n_rot,
             rope_kind,
             tied_embeddings,

@@ -450,6 +450,7 @@ impl Backend for CpuBackend {
             pos0,
             c.rope_base,
             c.rope_freq_scale,
+            c.rope_freq_factors.as_deref(),
             c.rope_kind == RopeKind::Neox,
         )
     }

@@ -1,6 +1,6 @@
 //! The architectures that share llama's shape, on small synthetic models written with the GGUF
-//! writer: llama with tied embeddings, mistral with an output head, qwen2 with QKV biases and
-//! NeoX RoPE, qwen3 with per-head Q/K norms and a head size that is not n_embd / n_head (as
+//! writer: llama with tied embeddings, llama with Llama 3's per-pair RoPE frequency factors
+//! (`rope_freqs.weight`), mistral with an output head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size that is not n_embd / n_head (as
 //! Qwen3's 128 at width 1024 with 16 heads), written with qwen3's metadata keys and tensor names. For each, the CPU backend's logits match a forward pass built from kernels-ref
 //! alone, in one batch and token by token, across weight formats.
 
@@ -64,6 +64,21 @@ struct Variant {
 }
 
 impl Variant {
+    /// The architecture the file names: "llama3" is a llama file with Llama 3's RoPE
+    /// frequency factors (`rope_freqs.weight`).
+    fn file_arch(&self) -> &'static str {
+        if self.arch == "llama3" {
+            "llama"
+        } else {
+            self.arch
+        }
+    }
+    /// Per-pair RoPE factors of the "llama3" variant ([HEAD_DIM / 2]). Spread well beyond the
+    /// real ones (1 to 8) so that they move the logits at the test's short positions: a
+    /// factor below 1 speeds a pair up.
+    fn rope_factors(&self) -> Option<Vec<f32>> {
+        (self.arch == "llama3").then(|| vec![0.05, 0.1, 0.3, 1.0, 2.0, 8.0, 0.07, 0.5])
+    }
     /// qwen3: per-head Q/K norms and a head size of 32 at width 64 with 4 heads.
     fn qwen3(&self) -> bool {
         self.arch == "qwen3"
@@ -83,7 +98,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
     tokens.push("<|endoftext|>".into());
     let mut types = vec![Value::I32(1); 256];
     types.push(Value::I32(3));
-    let a = v.arch;
+    let a = v.file_arch();
     let mut w = GgufWriter::new()
         .metadata("general.architecture", Value::String(a.into()))
         .metadata(format!("{a}.block_count"), Value::U32(N_LAYER as u32))
@@ -151,6 +166,10 @@ fn write_model(v: &Variant, path: &std::path::Path) {
     if !v.tied {
         w = mat(w, "output.weight".into(), N_VOCAB, N_EMBD, &mut rng);
     }
+    if let Some(f) = v.rope_factors() {
+        assert_eq!(f.len(), HEAD_DIM / 2);
+        w = w.tensor_f32("rope_freqs.weight", &[f.len() as u64], &f);
+    }
     let (q, kv) = (N_HEAD * v.head_dim(), N_HEAD_KV * v.head_dim());
     for l in 0..N_LAYER {
         let p = |s: &str| format!("blk.{l}.{s}");
@@ -186,7 +205,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_mistral_qwen2_qwen3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -208,6 +227,8 @@ fn llama_mistral_qwen2_qwen3_match_the_reference() {
         v("llama", false, false, GgmlType::Q8_0),
         v("mistral", false, false, GgmlType::Q4_0),
         v("qwen2", true, true, GgmlType::Q5_1),
+        v("llama3", false, false, GgmlType::F32),
+        v("llama3", true, false, GgmlType::Q4_0),
         v("qwen3", false, false, GgmlType::F32),
         v("qwen3", true, false, GgmlType::Q8_0),
     ];
@@ -220,6 +241,7 @@ fn llama_mistral_qwen2_qwen3_match_the_reference() {
         assert_eq!(c.tied_embeddings, v.tied);
         assert_eq!(c.qkv_bias, v.bias);
         assert_eq!(c.qk_norm, v.qwen3());
+        assert_eq!(c.rope_freq_factors, v.rope_factors());
         assert_eq!(c.head_dim, v.head_dim());
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen & llama!", false, false);
@@ -318,23 +340,29 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
     std::fs::remove_dir_all(&dir).ok();
 }
 
-/// qwen3's per-head Q/K norms on the GPU (lavapipe in CI; an adapter must be found): the whole
-/// model on the GPU against the same kernels-ref forward pass, prefill and token by token.
+/// qwen3's per-head Q/K norms and Llama 3's RoPE factors on the GPU (lavapipe in CI; an adapter
+/// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
+/// and token by token.
 #[test]
-fn qwen3_on_the_gpu_matches_the_reference() {
+fn qwen3_and_llama3_on_the_gpu_match_the_reference() {
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
     let dir = std::env::temp_dir().join(format!("memwall-arch-gpu-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    for (matrix_type, tied, tol) in [(GgmlType::F32, false, 5e-3), (GgmlType::Q8_0, true, 0.12)] {
+    let cases = [
+        ("qwen3", GgmlType::F32, false, 5e-3),
+        ("qwen3", GgmlType::Q8_0, true, 0.12),
+        ("llama3", GgmlType::F32, false, 5e-3),
+    ];
+    for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
-            arch: "qwen3",
+            arch,
             tied,
             bias: false,
             matrix_type,
         };
-        let path = dir.join(format!("qwen3-gpu-{matrix_type}.gguf"));
+        let path = dir.join(format!("{arch}-gpu-{matrix_type}.gguf"));
         write_model(&v, &path);
         let opts = LoadOptions {
             device: DeviceChoice::Gpu(DeviceSelector::Auto),
@@ -351,20 +379,23 @@ fn qwen3_on_the_gpu_matches_the_reference() {
         };
         assert!(model.gpu().is_some(), "--device gpu must not fall back");
         let c = model.config().clone();
-        assert!(c.qk_norm);
+        assert_eq!(c.qk_norm, v.qwen3());
+        assert_eq!(c.rope_freq_factors, v.rope_factors());
         let g = Gguf::open(&path).unwrap();
-        let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen3 on a GPU", false, false);
+        let ids: Vec<u32> = model
+            .tokenizer()
+            .encode("Hi, a model on a GPU", false, false);
         let want = reference_forward(&g, &c, &ids);
         let mut s = model.session(64).unwrap();
         let got = s.eval(&ids, Logits::All).unwrap();
         let e = rel_err(&got, &want);
         eprintln!(
-            "qwen3 {matrix_type} on {}: max rel err {e:.2e}",
+            "{arch} {matrix_type} on {}: max rel err {e:.2e}",
             model.device_name()
         );
         assert!(
             e < tol,
-            "qwen3 {matrix_type} on the GPU: logits differ by {e} (tolerance {tol})"
+            "{arch} {matrix_type} on the GPU: logits differ by {e} (tolerance {tol})"
         );
         let mut s = model.session(64).unwrap();
         let mut step = Vec::new();
@@ -374,7 +405,7 @@ fn qwen3_on_the_gpu_matches_the_reference() {
         let e = rel_err(&step, &want);
         assert!(
             e < tol,
-            "qwen3 {matrix_type} on the GPU, token by token: {e} (tolerance {tol})"
+            "{arch} {matrix_type} on the GPU, token by token: {e} (tolerance {tol})"
         );
     }
     std::fs::remove_dir_all(&dir).ok();

@@ -73,6 +73,125 @@ fn rope_normal_and_neox_with_partial_rotation() {
     }
 }
 
+/// Llama 3's frequency factors as llama.cpp's converter computes them (conversion/llama.py,
+/// rope_type "llama3": factor 8, low 1, high 4, original context 8192), for `n_rot` dims.
+fn llama3_factors(n_rot: usize, base: f64) -> Vec<f32> {
+    let (factor, low, high, old) = (8.0f64, 1.0f64, 4.0f64, 8192.0f64);
+    (0..n_rot / 2)
+        .map(|i| {
+            let freq = 1.0 / base.powf(2.0 * i as f64 / n_rot as f64);
+            let wavelen = 2.0 * std::f64::consts::PI / freq;
+            let f = if wavelen < old / high {
+                1.0
+            } else if wavelen > old / low {
+                factor
+            } else {
+                let smooth = (old / wavelen - low) / (high - low);
+                1.0 / ((1.0 - smooth) / factor + smooth)
+            };
+            f as f32
+        })
+        .collect()
+}
+
+#[test]
+fn rope_with_llama3_frequency_factors() {
+    let mut rng = Rng::new(5);
+    let (nh, hd, n_tok, pos0, base) = (2, 64, 3, 5000, 500000.0f32);
+    let ff = llama3_factors(hd, base as f64);
+    // Every branch of the converter's formula is present: unscaled, fully scaled, smoothed.
+    assert!(ff.contains(&1.0) && ff.contains(&8.0));
+    assert!(ff.iter().any(|&f| f > 1.0 && f < 8.0), "{ff:?}");
+    for neox in [false, true] {
+        let x = rng.activations(n_tok * nh * hd);
+        let mut got = x.clone();
+        let mut cache = cpu::RopeCache::default();
+        cpu::rope_tokens_cached(
+            &mut cache,
+            &mut got,
+            n_tok,
+            nh,
+            hd,
+            hd,
+            pos0,
+            base,
+            1.0,
+            Some(&ff),
+            neox,
+        )
+        .unwrap();
+        let mut plain = x.clone();
+        cpu::rope_tokens(&mut plain, n_tok, nh, hd, hd, pos0, base, 1.0, neox).unwrap();
+        assert_ne!(got, plain, "the factors change the low-frequency pairs");
+        for t in 0..n_tok {
+            let mut want = x[t * nh * hd..(t + 1) * nh * hd].to_vec();
+            kernels_ref::rope_ext(&mut want, nh, hd, hd, pos0 + t, base, 1.0, Some(&ff), neox);
+            let g = &got[t * nh * hd..(t + 1) * nh * hd];
+            assert_close(
+                g,
+                &wide(&want),
+                1e-6,
+                &format!("llama3 rope neox={neox} t={t}"),
+            );
+        }
+        // A context shift by -delta with the same factors lands on the rotation at pos0 - delta.
+        let delta = 1234;
+        let mut shifted = got.clone();
+        cpu::rope_shift(
+            &mut shifted,
+            n_tok,
+            nh,
+            hd,
+            hd,
+            -delta,
+            base,
+            1.0,
+            Some(&ff),
+            neox,
+        )
+        .unwrap();
+        let mut direct = x.clone();
+        let p = pos0 - delta as usize;
+        cpu::rope_tokens_cached(
+            &mut cpu::RopeCache::default(),
+            &mut direct,
+            n_tok,
+            nh,
+            hd,
+            hd,
+            p,
+            base,
+            1.0,
+            Some(&ff),
+            neox,
+        )
+        .unwrap();
+        assert_close(
+            &shifted,
+            &wide(&direct),
+            1e-5,
+            "shifted = rotated at the new position",
+        );
+    }
+    let mut x = rng.activations(nh * hd);
+    let short = &ff[1..];
+    let mut cache = cpu::RopeCache::default();
+    let r = cpu::rope_tokens_cached(
+        &mut cache,
+        &mut x,
+        1,
+        nh,
+        hd,
+        hd,
+        0,
+        base,
+        1.0,
+        Some(short),
+        false,
+    );
+    assert!(r.is_err(), "a factor list of the wrong length is an error");
+}
+
 #[test]
 fn softmax_swiglu_add() {
     let mut rng = Rng::new(3);

@@ -85,6 +85,12 @@ vocab_test!(vocab_gpt_2, "gpt-2");
 vocab_test!(vocab_deepseek_coder, "deepseek-coder");
 vocab_test!(vocab_starcoder, "starcoder");
 vocab_test!(vocab_falcon, "falcon");
+vocab_test!(vocab_llama_bpe, "llama-bpe");
+vocab_test!(vocab_qwen2, "qwen2");
+vocab_test!(vocab_qwen35, "qwen35");
+vocab_test!(vocab_command_r, "command-r");
+vocab_test!(vocab_mpt, "mpt");
+vocab_test!(vocab_refact, "refact");
 
 #[test]
 fn model_prompts_match_llama_cpp() {

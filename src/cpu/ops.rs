@@ -99,7 +99,7 @@ pub fn rope_tokens(
 ) -> Result<()> {
     let cache = &mut RopeCache::default();
     rope_tokens_cached(
-        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, neox,
+        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, None, neox,
     )
 }
 
@@ -116,6 +116,7 @@ pub fn rope_shift(
     delta: i64,
     freq_base: f32,
     freq_scale: f32,
+    factors: Option<&[f32]>,
     neox: bool,
 ) -> Result<()> {
     let g = RopeGeom {
@@ -124,7 +125,16 @@ pub fn rope_shift(
         head_dim,
         n_rot,
     };
-    rope_span(x, g, delta as f64, 0.0, freq_base, freq_scale, neox)
+    rope_span(
+        x,
+        g,
+        delta as f64,
+        0.0,
+        freq_base,
+        freq_scale,
+        factors,
+        neox,
+    )
 }
 
 /// The shape `rope_span` rotates.
@@ -137,6 +147,7 @@ struct RopeGeom {
 }
 
 /// RoPE with token t at position p0 + t * step (step 1: consecutive tokens; 0: one shift).
+#[allow(clippy::too_many_arguments)]
 fn rope_span(
     x: &mut [f32],
     g: RopeGeom,
@@ -144,19 +155,34 @@ fn rope_span(
     step: f64,
     freq_base: f32,
     freq_scale: f32,
+    factors: Option<&[f32]>,
     neox: bool,
 ) -> Result<()> {
     check_rope(x, g)?;
+    check_factors(factors, g.n_rot)?;
     let mut table = Vec::new();
     rope_table(
-        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale,
+        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale, factors,
     );
     rope_apply(x, g, &table, neox);
     Ok(())
 }
 
+/// Per-pair frequency factors must be one per rotated pair.
+fn check_factors(factors: Option<&[f32]>, n_rot: usize) -> Result<()> {
+    match factors {
+        Some(f) if f.len() != n_rot / 2 => Err(Error::InvalidArgument(format!(
+            "rope: {} frequency factors for {n_rot} rotated dimensions",
+            f.len()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// table: [n_tokens][n_rot / 2] (cos θ, sin θ) of token t's angles, token t at position p0 + t
-/// · step (computed in f64, then rounded).
+/// · step (computed in f64, then rounded). `factors` ([n_rot / 2], Llama 3's `rope_freqs`)
+/// divide each pair's angle, as ggml's `ggml_rope_cache_init` divides theta by `ff`.
+#[allow(clippy::too_many_arguments)]
 fn rope_table(
     table: &mut Vec<(f32, f32)>,
     n_tokens: usize,
@@ -165,11 +191,15 @@ fn rope_table(
     step: f64,
     freq_base: f32,
     freq_scale: f32,
+    factors: Option<&[f32]>,
 ) {
     let half = n_rot / 2;
     // [half] inverse frequencies, shared by all tokens.
     let inv_freq: Vec<f64> = (0..half)
-        .map(|i| (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64))
+        .map(|i| {
+            let ff = factors.map_or(1.0, |f| f64::from(f[i]));
+            (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64) / ff
+        })
         .collect();
     table.clear();
     for t in 0..n_tokens {
@@ -206,8 +236,9 @@ fn rope_apply(x: &mut [f32], g: RopeGeom, table: &[(f32, f32)], neox: bool) {
 /// per token instead of twice per layer.
 #[derive(Default)]
 pub struct RopeCache {
-    /// (pos0, n_tokens, n_rot, freq_base bits, freq_scale bits) the table was made for.
-    key: Option<(usize, usize, usize, u32, u32)>,
+    /// (pos0, n_tokens, n_rot, freq_base bits, freq_scale bits, factors' address) the table was
+    /// made for.
+    key: Option<(usize, usize, usize, u32, u32, usize)>,
     /// [n_tokens][n_rot / 2] (cos, sin).
     table: Vec<(f32, f32)>,
 }
@@ -225,6 +256,7 @@ pub fn rope_tokens_cached(
     pos0: usize,
     freq_base: f32,
     freq_scale: f32,
+    factors: Option<&[f32]>,
     neox: bool,
 ) -> Result<()> {
     let g = RopeGeom {
@@ -234,12 +266,14 @@ pub fn rope_tokens_cached(
         n_rot,
     };
     check_rope(x, g)?;
+    check_factors(factors, n_rot)?;
     let key = (
         pos0,
         n_tokens,
         n_rot,
         freq_base.to_bits(),
         freq_scale.to_bits(),
+        factors.map_or(0, |f| f.as_ptr() as usize),
     );
     if cache.key != Some(key) {
         cache.key = None;
@@ -251,6 +285,7 @@ pub fn rope_tokens_cached(
             1.0,
             freq_base,
             freq_scale,
+            factors,
         );
         cache.key = Some(key);
     }

@@ -33,12 +33,16 @@ fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
 }
 
 /// RoPE's per-pair frequencies `[n_rot / 2]`, computed in f64 so the shader's angle error is
-/// only that of `pos * freq` in f32.
-pub fn rope_freqs(cfg: &RopeConfig) -> Vec<f32> {
+/// only that of `pos * freq` in f32; `factors` (`[n_rot / 2]`, Llama 3's `rope_freqs`) divide
+/// them, as ggml's `ggml_rope_cache_init` (ggml/src/ggml-cpu/ops.cpp) divides theta by `ff`.
+pub fn rope_freqs(cfg: &RopeConfig, factors: Option<&[f32]>) -> Vec<f32> {
     (0..cfg.n_rot / 2)
         .map(|i| {
             let e = -2.0 * i as f64 / cfg.n_rot as f64;
-            (f64::from(cfg.freq_scale) * f64::from(cfg.freq_base).powf(e)) as f32
+            let ff = factors
+                .and_then(|f| f.get(i))
+                .map_or(1.0, |&v| f64::from(v));
+            (f64::from(cfg.freq_scale) * f64::from(cfg.freq_base).powf(e) / ff) as f32
         })
         .collect()
 }
@@ -55,7 +59,7 @@ impl Kernels {
         n_tokens: usize,
         pos0: usize,
     ) -> Result<Dispatch> {
-        let freqs = upload_f32(ctx, "rope.freqs", &rope_freqs(cfg))?;
+        let freqs = upload_f32(ctx, "rope.freqs", &rope_freqs(cfg, None))?;
         self.prepare(ctx, self.rope_launch(x, &freqs, cfg, n_tokens, pos0)?)
     }
 

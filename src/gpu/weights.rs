@@ -284,7 +284,11 @@ impl GpuModel {
             freq_scale: cfg.rope_freq_scale,
             neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
         };
-        let rope_freqs = upload_f32(&ctx, "rope.freqs", &rope_freqs(&rope))?;
+        let rope_freqs = upload_f32(
+            &ctx,
+            "rope.freqs",
+            &rope_freqs(&rope, cfg.rope_freq_factors.as_deref()),
+        )?;
         flush_uploads(&ctx)?;
         let timestamps =
             !opts.no_timestamps && ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY);

@@ -74,9 +74,11 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
         for i in 0..n {
             let (fb, fs) = (c.rope_base, c.rope_freq_scale);
             let qi = &mut q[i * qd..(i + 1) * qd];
-            kernels_ref::rope(qi, c.n_head, c.head_dim, c.n_rot, i, fb, fs, neox);
+            let ff = c.rope_freq_factors.as_deref();
+            let (nh, nkv, hd, nr) = (c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
+            kernels_ref::rope_ext(qi, nh, hd, nr, i, fb, fs, ff, neox);
             let ki = &mut k[i * kd..(i + 1) * kd];
-            kernels_ref::rope(ki, c.n_head_kv, c.head_dim, c.n_rot, i, fb, fs, neox);
+            kernels_ref::rope_ext(ki, nkv, hd, nr, i, fb, fs, ff, neox);
         }
         let mut att = vec![0f32; n * qd];
         let scale = 1.0 / (c.head_dim as f32).sqrt();

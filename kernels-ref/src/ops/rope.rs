@@ -25,6 +25,38 @@ pub fn rope(
     freq_scale: f32,
     neox: bool,
 ) {
+    rope_ext(
+        x, n_heads, head_dim, n_rot, pos, freq_base, freq_scale, None, neox,
+    )
+}
+
+/// [`rope`] with per-pair frequency factors (`[n_rot / 2]`, Llama 3's `rope_freqs.weight`):
+/// pair `i`'s angle is divided by `factors[i]`, `theta_i = pos * freq_scale * freq_base^(-2i /
+/// n_rot) / factors[i]`, as ggml's `ggml_rope_cache_init` (ggml/src/ggml-cpu/ops.cpp) passes
+/// `theta / ff` to `rope_yarn`.
+///
+/// # Panics
+/// As [`rope`], and if `factors` is not `n_rot / 2` long.
+#[allow(clippy::too_many_arguments)]
+pub fn rope_ext(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    neox: bool,
+) {
+    if let Some(f) = factors {
+        assert_eq!(
+            f.len(),
+            n_rot / 2,
+            "rope: {} factors for {n_rot} rotated dims",
+            f.len()
+        );
+    }
     assert_eq!(
         Some(x.len()),
         n_heads.checked_mul(head_dim),
@@ -42,7 +74,8 @@ pub fn rope(
     let p = pos as f64 * f64::from(freq_scale);
     for head in x.chunks_exact_mut(head_dim) {
         for i in 0..half {
-            let theta = p * f64::from(freq_base).powf(-2.0 * i as f64 / n_rot as f64);
+            let ff = factors.map_or(1.0, |f| f64::from(f[i]));
+            let theta = p * f64::from(freq_base).powf(-2.0 * i as f64 / n_rot as f64) / ff;
             let (sin, cos) = theta.sin_cos();
             let (ia, ib) = if neox {
                 (i, i + half)

@@ -385,7 +385,7 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
             .iter()
             .map(|(_, x)| poisoned(ctx, "x", x))
             .collect::<Result<Vec<_>>>()?;
-        let fb = kernels::upload_f32(ctx, "freqs", &rope_freqs(&cfg))?;
+        let fb = kernels::upload_f32(ctx, "freqs", &rope_freqs(&cfg, None))?;
         let launch = if n_heads2 > 0 {
             ks.rope_pair_launch(&bufs[0], &bufs[1], n_heads2, &fb, &cfg, n_tokens, pos0)?
         } else {
