@@ -286,6 +286,10 @@ pub fn shift_kv_host<B: Backend + ?Sized>(
     let n_new = s.n_pos - s.discard;
     k.truncate(n_new * kv_dim);
     v.truncate(n_new * kv_dim);
+    if !cfg.uses_rope(layer) {
+        // A NoPE block's keys carry no position: moving them is the whole shift.
+        return b.write_kv(layer, &k, &v);
+    }
     crate::cpu::rope_shift(
         &mut k[s.keep * kv_dim..],
         n_new - s.keep,

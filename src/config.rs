@@ -47,6 +47,11 @@ pub struct Config {
     /// (qwen3: llama.cpp's `src/models/qwen3.cpp` applies `attn_q_norm` / `attn_k_norm` to the
     /// per-head views of Qcur and Kcur, then `ggml_rope_ext` in NeoX mode).
     pub qk_norm: bool,
+    /// Every this-many-th block (blocks l with (l + 1) % step == 0) applies no RoPE (NoPE):
+    /// smollm3, whose step of 4 llama.cpp sets in code, not in the file
+    /// (`src/models/smollm3.cpp`: `n_no_rope_layer_step = 4`, `use_rope = (il + 1) %
+    /// n_no_rope_layer_step != 0`).
+    pub no_rope_layer_step: Option<usize>,
 }
 
 /// Architectures whose forward pass is the llama one, with the RoPE style each uses. (granite
@@ -57,6 +62,7 @@ const LLAMA_LIKE: &[(&str, RopeKind)] = &[
     ("mistral", RopeKind::Normal),
     ("qwen2", RopeKind::Neox),
     ("qwen3", RopeKind::Neox),
+    ("smollm3", RopeKind::Normal),
 ];
 
 impl Config {
@@ -132,6 +138,7 @@ impl Config {
         let tied_embeddings = g.tensor("output.weight").is_none();
         let qkv_bias = g.tensor("blk.0.attn_q.bias").is_some();
         let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
+        let no_rope_layer_step = (arch == "smollm3").then_some(4);
         let rope_freq_factors = match g.tensor("rope_freqs.weight") {
             None if scaling == Some("llama3") => {
                 return Err(Error::Config(format!(
@@ -187,6 +194,7 @@ impl Config {
             tied_embeddings,
             qkv_bias,
             qk_norm,
+            no_rope_layer_step,
         };
         c.validate()?;
         Ok(c)
@@ -217,6 +225,12 @@ impl Config {
             return bad(format!("RoPE base {} is not valid", self.rope_base));
         }
         Ok(())
+    }
+
+    /// Whether block `l` rotates Q and K (false for smollm3's NoPE blocks).
+    pub fn uses_rope(&self, l: usize) -> bool {
+        self.no_rope_layer_step
+            .is_none_or(|step| !(l + 1).is_multiple_of(step))
     }
 
     /// Width of the Q projection output.

@@ -123,7 +123,9 @@ pub fn layer_stage<B: Backend>(
         b.rms_norm(KNorm(l), &s.k, n * cfg.n_head_kv, &mut s.u)?;
         std::mem::swap(&mut s.k, &mut s.u);
     }
-    b.rope_qk(&mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
+    if cfg.uses_rope(l) {
+        b.rope_qk(&mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
+    }
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
     if cfg.qk_norm {
         std::mem::swap(&mut s.k, &mut s.u);

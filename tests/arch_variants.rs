@@ -1,6 +1,7 @@
 //! The architectures that share llama's shape, on small synthetic models written with the GGUF
 //! writer: llama with tied embeddings, llama with Llama 3's per-pair RoPE frequency factors
-//! (`rope_freqs.weight`), mistral with an output head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size that is not n_embd / n_head (as
+//! (`rope_freqs.weight`), smollm3 with no RoPE in every fourth block, mistral with an output
+//! head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size that is not n_embd / n_head (as
 //! Qwen3's 128 at width 1024 with 16 heads), written with qwen3's metadata keys and tensor names. For each, the CPU backend's logits match a forward pass built from kernels-ref
 //! alone, in one batch and token by token, across weight formats.
 
@@ -83,6 +84,14 @@ impl Variant {
     fn qwen3(&self) -> bool {
         self.arch == "qwen3"
     }
+    /// smollm3 needs a fourth block to have a NoPE one.
+    fn n_layer(&self) -> usize {
+        if self.arch == "smollm3" {
+            4
+        } else {
+            N_LAYER
+        }
+    }
     fn head_dim(&self) -> usize {
         if self.qwen3() {
             2 * HEAD_DIM
@@ -101,7 +110,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
     let a = v.file_arch();
     let mut w = GgufWriter::new()
         .metadata("general.architecture", Value::String(a.into()))
-        .metadata(format!("{a}.block_count"), Value::U32(N_LAYER as u32))
+        .metadata(format!("{a}.block_count"), Value::U32(v.n_layer() as u32))
         .metadata(format!("{a}.context_length"), Value::U32(256))
         .metadata(format!("{a}.embedding_length"), Value::U32(N_EMBD as u32))
         .metadata(format!("{a}.feed_forward_length"), Value::U32(N_FF as u32))
@@ -171,7 +180,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
         w = w.tensor_f32("rope_freqs.weight", &[f.len() as u64], &f);
     }
     let (q, kv) = (N_HEAD * v.head_dim(), N_HEAD_KV * v.head_dim());
-    for l in 0..N_LAYER {
+    for l in 0..v.n_layer() {
         let p = |s: &str| format!("blk.{l}.{s}");
         w = w.tensor_f32(p("attn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
         w = w.tensor_f32(p("ffn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
@@ -205,7 +214,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -229,6 +238,8 @@ fn llama_llama3_mistral_qwen2_qwen3_match_the_reference() {
         v("qwen2", true, true, GgmlType::Q5_1),
         v("llama3", false, false, GgmlType::F32),
         v("llama3", true, false, GgmlType::Q4_0),
+        v("smollm3", false, false, GgmlType::F32),
+        v("smollm3", true, false, GgmlType::Q8_0),
         v("qwen3", false, false, GgmlType::F32),
         v("qwen3", true, false, GgmlType::Q8_0),
     ];
@@ -354,6 +365,7 @@ fn qwen3_and_llama3_on_the_gpu_match_the_reference() {
         ("qwen3", GgmlType::F32, false, 5e-3),
         ("qwen3", GgmlType::Q8_0, true, 0.12),
         ("llama3", GgmlType::F32, false, 5e-3),
+        ("smollm3", GgmlType::F32, false, 5e-3),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
@@ -381,6 +393,7 @@ fn qwen3_and_llama3_on_the_gpu_match_the_reference() {
         let c = model.config().clone();
         assert_eq!(c.qk_norm, v.qwen3());
         assert_eq!(c.rope_freq_factors, v.rope_factors());
+        assert_eq!(c.uses_rope(3), v.arch != "smollm3");
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model
             .tokenizer()

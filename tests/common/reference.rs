@@ -71,7 +71,7 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
                 kernels_ref::rms_norm(&r, &w, c.rms_eps, t);
             }
         }
-        for i in 0..n {
+        for i in (0..n).filter(|_| c.uses_rope(l)) {
             let (fb, fs) = (c.rope_base, c.rope_freq_scale);
             let qi = &mut q[i * qd..(i + 1) * qd];
             let ff = c.rope_freq_factors.as_deref();
