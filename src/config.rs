@@ -227,6 +227,60 @@ impl Config {
         Ok(())
     }
 
+    /// How this model's forward pass differs from plain llama's, one line each (`memwall
+    /// inspect`).
+    pub fn differences(&self) -> Vec<String> {
+        let mut d = Vec::new();
+        let gqa = if self.n_head_kv < self.n_head {
+            format!(", grouped-query attention ({} KV heads)", self.n_head_kv)
+        } else {
+            String::new()
+        };
+        d.push(format!(
+            "{} blocks, width {}, {} heads of {}{gqa}, feed-forward {}",
+            self.n_layer, self.n_embd, self.n_head, self.head_dim, self.n_ff
+        ));
+        if self.head_dim * self.n_head != self.n_embd {
+            d.push(format!(
+                "head size {} from attention.key_length (not width / heads = {})",
+                self.head_dim,
+                self.n_embd / self.n_head
+            ));
+        }
+        let pairs = match self.rope_kind {
+            RopeKind::Normal => "adjacent pairs",
+            RopeKind::Neox => "NeoX pairs (i, i + n_rot/2)",
+        };
+        d.push(format!(
+            "RoPE: {pairs}, {} of {} dims, base {}, position scale {}",
+            self.n_rot, self.head_dim, self.rope_base, self.rope_freq_scale
+        ));
+        if let Some(f) = &self.rope_freq_factors {
+            let (lo, hi) = f
+                .iter()
+                .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+            d.push(format!(
+                "RoPE frequency factors per pair (rope_freqs.weight, llama3): {} from {lo} to {hi}",
+                f.len()
+            ));
+        }
+        if let Some(step) = self.no_rope_layer_step {
+            d.push(format!("no RoPE in every {step}th block (NoPE)"));
+        }
+        if self.qkv_bias {
+            d.push("Q, K and V biases".into());
+        }
+        if self.qk_norm {
+            d.push("per-head RMS norms of Q and K before RoPE".into());
+        }
+        d.push(if self.tied_embeddings {
+            "output head tied to the token embedding".into()
+        } else {
+            "separate output head".into()
+        });
+        d
+    }
+
     /// Whether block `l` rotates Q and K (false for smollm3's NoPE blocks).
     pub fn uses_rope(&self, l: usize) -> bool {
         self.no_rope_layer_step

@@ -77,6 +77,17 @@ pub fn inspect(g: &Gguf, out: &mut impl Write) -> io::Result<()> {
         "\ntotal parameters: {total_params} ({})",
         human_count(total_params)
     )?;
+    // What the engine makes of the file: the architecture's differences from llama, or why
+    // it would refuse it (with the supported list).
+    match crate::config::Config::from_gguf(g) {
+        Ok(c) => {
+            writeln!(out, "\narchitecture {}:", c.arch)?;
+            for line in c.differences() {
+                writeln!(out, "  {line}")?;
+            }
+        }
+        Err(e) => writeln!(out, "\narchitecture: {e}")?,
+    }
     Ok(())
 }
 
@@ -149,6 +160,38 @@ mod tests {
             ["Q8_0", "2", "tensors", "170", "bytes", "160", "params"]
         );
         assert!(s.contains("total parameters: 163 (163)"), "{s}");
+        // Not a model memwall can run: the reason is named.
+        assert!(s.contains("\narchitecture: "), "{s}");
+    }
+
+    #[test]
+    fn names_the_architectures_differences() {
+        let key = |k: &str| format!("qwen3.{k}");
+        let mut w = GgufWriter::new()
+            .metadata("general.architecture", Value::String("qwen3".into()))
+            .metadata(key("block_count"), Value::U32(1))
+            .metadata(key("context_length"), Value::U32(64))
+            .metadata(key("embedding_length"), Value::U32(64))
+            .metadata(key("feed_forward_length"), Value::U32(96))
+            .metadata(key("attention.head_count"), Value::U32(4))
+            .metadata(key("attention.head_count_kv"), Value::U32(2))
+            .metadata(key("attention.key_length"), Value::U32(32))
+            .metadata(key("attention.layer_norm_rms_epsilon"), Value::F32(1e-6))
+            .tensor_f32("token_embd.weight", &[64, 2], &[0.0; 128]);
+        w = w.tensor_f32("blk.0.attn_q_norm.weight", &[32], &[1.0; 32]);
+        let g = Gguf::from_bytes(w.to_bytes()).unwrap();
+        let s = inspect_to_string(&g);
+        assert!(s.contains("architecture qwen3:"), "{s}");
+        assert!(
+            s.contains("1 blocks, width 64, 4 heads of 32, grouped-query attention (2 KV heads)")
+        );
+        assert!(s.contains("head size 32 from attention.key_length (not width / heads = 16)"));
+        assert!(s.contains("RoPE: NeoX pairs"), "{s}");
+        assert!(
+            s.contains("per-head RMS norms of Q and K before RoPE"),
+            "{s}"
+        );
+        assert!(s.contains("output head tied to the token embedding"), "{s}");
     }
 
     #[test]
