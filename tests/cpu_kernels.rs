@@ -23,7 +23,7 @@ const QUANT_TYPES: [GgmlType; 12] = [
 ];
 const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 /// Formats without a fast kernel: dequantized a row at a time by kernels-ref, then f32 dots.
-const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
+const FALLBACK_TYPES: [GgmlType; 2] = [GgmlType::TQ1_0, GgmlType::IQ4_XS];
 
 /// The kernel paths this CPU runs, by the names `MEMWALL_EXPECT_ISA` uses.
 const ISA_NAMES: [(Isa, &str); 4] = [

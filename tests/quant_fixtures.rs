@@ -150,3 +150,29 @@ fn quantizers_are_no_worse_than_gguf_py() {
         );
     }
 }
+
+/// IQ4_XS, which the shared fixtures lack: random blocks and gguf-py 0.19.0's dequantization of
+/// them, made by `scripts/gen-iq4xs-vectors.py` into `kernels-ref/tests/data/iq4_xs.gguf`.
+#[test]
+fn iq4_xs_dequantizes_as_gguf_py() {
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("kernels-ref/tests/data/iq4_xs.gguf");
+    let g = Gguf::open(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let mut n = 0;
+    for t in g.tensors().iter().filter(|t| t.ty == GgmlType::IQ4_XS) {
+        let want_t = g.tensor(&format!("{}.expected", t.name)).unwrap();
+        let want = f32_tensor(&g, want_t);
+        let got = dequantize_vec(t.ty, g.tensor_data(t), t.n_elements as usize).unwrap();
+        let scale = want.iter().fold(0f32, |m, v| m.max(v.abs()));
+        let err = got
+            .iter()
+            .zip(&want)
+            .fold(0f32, |m, (a, b)| m.max((a - b).abs()));
+        assert!(
+            err <= 1e-6 * scale,
+            "{}: max error {err} of {scale}",
+            t.name
+        );
+        n += 1;
+    }
+    assert_eq!(n, 3, "IQ4_XS tensors in {}", path.display());
+}

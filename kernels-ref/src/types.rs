@@ -172,6 +172,7 @@ impl GgmlType {
                 | TQ1_0
                 | TQ2_0
                 | IQ4_NL
+                | IQ4_XS
         )
     }
 

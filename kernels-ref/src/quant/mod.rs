@@ -14,7 +14,7 @@ mod legacy;
 mod ternary;
 
 pub use float::{bf16_to_f32, f32_to_bf16};
-pub use iq::{BlockIq4Nl, KVALUES_IQ4NL};
+pub use iq::{BlockIq4Nl, BlockIq4Xs, KVALUES_IQ4NL};
 pub use kquants::{BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K};
 pub use legacy::{BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0};
 pub use ternary::{BlockTq1_0, BlockTq2_0};
@@ -109,6 +109,7 @@ pub fn dequantize(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Result<(), RefE
         GgmlType::TQ1_0 => dequant_blocks::<BlockTq1_0>(data, out),
         GgmlType::TQ2_0 => dequant_blocks::<BlockTq2_0>(data, out),
         GgmlType::IQ4_NL => dequant_blocks::<BlockIq4Nl>(data, out),
+        GgmlType::IQ4_XS => dequant_blocks::<BlockIq4Xs>(data, out),
         other => return Err(RefError::Unsupported(other)),
     }
     Ok(())
