@@ -7,13 +7,14 @@ use common::{random_weights, Rng};
 use memwall::cpu::{self, Isa, MatmulScratch, PackedWeight, WeightView};
 use memwall::GgmlType;
 
-const QUANT_TYPES: [GgmlType; 12] = [
+const QUANT_TYPES: [GgmlType; 13] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
     GgmlType::Q5_1,
     GgmlType::Q8_0,
     GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
     GgmlType::Q2_K,
     GgmlType::Q3_K,
     GgmlType::Q4_K,
@@ -23,7 +24,7 @@ const QUANT_TYPES: [GgmlType; 12] = [
 ];
 const FLOAT_TYPES: [GgmlType; 3] = [GgmlType::F32, GgmlType::F16, GgmlType::BF16];
 /// Formats without a fast kernel: dequantized a row at a time by kernels-ref, then f32 dots.
-const FALLBACK_TYPES: [GgmlType; 2] = [GgmlType::TQ1_0, GgmlType::IQ4_XS];
+const FALLBACK_TYPES: [GgmlType; 1] = [GgmlType::TQ1_0];
 
 /// The kernel paths this CPU runs, by the names `MEMWALL_EXPECT_ISA` uses.
 const ISA_NAMES: [(Isa, &str); 4] = [

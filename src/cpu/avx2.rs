@@ -220,6 +220,25 @@ impl FormatAvx2 for f::IQ4_NL {
         v(u, _mm256_set1_epi16(ONES), *d, [0.0; 2])
     }
 }
+impl FormatAvx2 for f::IQ4_XS {
+    const UNIT_MUL: bool = false;
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn params_avx2(blk: &[u8]) -> Self::P {
+        h1(blk, 0)
+    }
+    #[inline]
+    #[target_feature(enable = "avx2,fma,f16c")]
+    unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
+        let t = &f::IQ4NL_VALUES;
+        // SAFETY: IQ4NL_VALUES has exactly 16 bytes.
+        let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+        let table = _mm256_set_m128i(t128, t128);
+        let u = _mm256_shuffle_epi8(table, nibbles(&blk[8 + 16 * c..]));
+        let m = f::iq4xs_scale(blk, c) - 32;
+        v(u, mul2(m, m), *d, [0.0; 2])
+    }
+}
 #[inline]
 #[target_feature(enable = "avx2,f16c")]
 fn k_params(blk: &[u8]) -> KParams {

@@ -218,6 +218,38 @@ impl Format for IQ4_NL {
     }
 }
 
+/// IQ4_XS's 6-bit sub-block scale `ls` of chunk `c` (0..8), from the low nibbles in bytes 4..8
+/// and the 2-bit high parts in the u16 at byte 2 (`dequantize_row_iq4_xs`).
+#[inline(always)]
+pub(crate) fn iq4xs_scale(blk: &[u8], c: usize) -> i32 {
+    let lo = (blk[4 + c / 2] >> (4 * (c % 2))) & 15;
+    let hi = (u16::from_le_bytes([blk[2], blk[3]]) >> (2 * c)) & 3;
+    (lo as i32) | ((hi as i32) << 4)
+}
+
+/// IQ4_XS: super-blocks of 256 (d, 8 six-bit scales, 128 bytes of nibbles); chunk c is
+/// `d * (ls_c - 32) * IQ4NL_VALUES[q]`, the signed scale as the chunk's integer multiplier.
+pub(crate) struct IQ4_XS;
+impl Format for IQ4_XS {
+    const BLOCK: usize = 256;
+    const BYTES: usize = 136;
+    const SIGNED: bool = true;
+    type P = f32;
+    fn params(blk: &[u8]) -> f32 {
+        rd_f16(blk, 0)
+    }
+    fn unpack(blk: &[u8], d: &f32, c: usize, out: &mut Chunk) {
+        nibbles(&blk[8 + 16 * c..24 + 16 * c], &mut out.u);
+        for u in out.u.iter_mut() {
+            *u = IQ4NL_VALUES[(*u & 15) as usize] as i16;
+        }
+        let m = iq4xs_scale(blk, c) - 32;
+        out.mul = [m, m];
+        out.dw = *d;
+        out.c = [0.0; 2];
+    }
+}
+
 /// Per-block values of Q4_K / Q5_K: d, dmin and the eight 6-bit (scale, min) pairs.
 #[derive(Clone, Copy)]
 pub(crate) struct KParams {
@@ -487,6 +519,7 @@ mod tests {
         check::<Q5_1>(GgmlType::Q5_1, &mut bytes(24 * 3), &[0, 2]);
         check::<Q8_0>(GgmlType::Q8_0, &mut bytes(34 * 3), &[0]);
         check::<IQ4_NL>(GgmlType::IQ4_NL, &mut bytes(18 * 3), &[0]);
+        check::<IQ4_XS>(GgmlType::IQ4_XS, &mut bytes(136 * 2), &[0]);
         check::<Q2_K>(GgmlType::Q2_K, &mut bytes(84 * 2), &[80, 82]);
         check::<Q3_K>(GgmlType::Q3_K, &mut bytes(110 * 2), &[108]);
         check::<Q4_K>(GgmlType::Q4_K, &mut bytes(144 * 2), &[0, 2]);

@@ -245,6 +245,7 @@ fn quant_kernel(ty: GgmlType, isa: Isa) -> Option<QKernel> {
         GgmlType::Q5_1 => pick!(f::Q5_1),
         GgmlType::Q8_0 => pick!(f::Q8_0),
         GgmlType::IQ4_NL => pick!(f::IQ4_NL),
+        GgmlType::IQ4_XS => pick!(f::IQ4_XS),
         GgmlType::Q2_K => pick!(f::Q2_K),
         GgmlType::Q3_K => pick!(f::Q3_K),
         GgmlType::Q4_K => pick!(f::Q4_K),

@@ -435,6 +435,7 @@ pub(crate) fn dequantize_row(ty: GgmlType, data: &[u8], out: &mut [f32]) -> Resu
         GgmlType::Q5_1 => f::dequantize::<f::Q5_1>(data, out),
         GgmlType::Q8_0 => f::dequantize::<f::Q8_0>(data, out),
         GgmlType::IQ4_NL => f::dequantize::<f::IQ4_NL>(data, out),
+        GgmlType::IQ4_XS => f::dequantize::<f::IQ4_XS>(data, out),
         GgmlType::Q2_K => f::dequantize::<f::Q2_K>(data, out),
         GgmlType::Q3_K => f::dequantize::<f::Q3_K>(data, out),
         GgmlType::Q4_K => f::dequantize::<f::Q4_K>(data, out),
