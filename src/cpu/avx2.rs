@@ -203,6 +203,16 @@ impl FormatAvx2 for f::Q8_0 {
         v(load32(blk, 2), _mm256_set1_epi16(ONES), *d, [0.0; 2])
     }
 }
+/// The 32 signed IQ4_NL levels of the nibbles in `qs[..16]` (IQ4_NL's and IQ4_XS's chunks).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn iq4_levels(qs: &[u8]) -> __m256i {
+    let t = &f::IQ4NL_VALUES;
+    // SAFETY: IQ4NL_VALUES has exactly 16 bytes.
+    let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
+    _mm256_shuffle_epi8(_mm256_set_m128i(t128, t128), nibbles(qs))
+}
+
 impl FormatAvx2 for f::IQ4_NL {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
@@ -212,12 +222,7 @@ impl FormatAvx2 for f::IQ4_NL {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, _c: usize) -> V {
-        let t = &f::IQ4NL_VALUES;
-        // SAFETY: IQ4NL_VALUES has exactly 16 bytes.
-        let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
-        let table = _mm256_set_m128i(t128, t128);
-        let u = _mm256_shuffle_epi8(table, nibbles(&blk[2..]));
-        v(u, _mm256_set1_epi16(ONES), *d, [0.0; 2])
+        v(iq4_levels(&blk[2..]), _mm256_set1_epi16(ONES), *d, [0.0; 2])
     }
 }
 impl FormatAvx2 for f::IQ4_XS {
@@ -230,13 +235,8 @@ impl FormatAvx2 for f::IQ4_XS {
     #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
     unsafe fn unpack_avx2(blk: &[u8], d: &f32, c: usize) -> V {
-        let t = &f::IQ4NL_VALUES;
-        // SAFETY: IQ4NL_VALUES has exactly 16 bytes.
-        let t128 = unsafe { _mm_loadu_si128(t.as_ptr() as *const __m128i) };
-        let table = _mm256_set_m128i(t128, t128);
-        let u = _mm256_shuffle_epi8(table, nibbles(&blk[8 + 16 * c..]));
         let m = f::iq4xs_scale(blk, c) - 32;
-        v(u, mul2(m, m), *d, [0.0; 2])
+        v(iq4_levels(&blk[8 + 16 * c..]), mul2(m, m), *d, [0.0; 2])
     }
 }
 #[inline]

@@ -115,19 +115,11 @@ struct Candidate {
 
 impl Candidate {
     fn placement(&self, n_layer: usize) -> Placement {
-        let first_gpu = n_layer - self.k;
+        // The last k blocks on the GPU, as --gpu-layers k; the embedding and head as chosen.
         Placement {
             embed: self.embed,
-            layers: (0..n_layer)
-                .map(|l| {
-                    if l >= first_gpu {
-                        Device::Gpu
-                    } else {
-                        Device::Cpu
-                    }
-                })
-                .collect(),
             head: self.head,
+            ..Placement::gpu_layers(self.k, n_layer)
         }
     }
 
