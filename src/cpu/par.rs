@@ -258,11 +258,6 @@ impl Workers {
         Ok(Workers { rayon, spin })
     }
 
-    /// Threads in all.
-    pub fn threads(&self) -> usize {
-        self.rayon.current_num_threads()
-    }
-
     /// Runs `f` on one of the rayon pool's threads with the spinning workers serving every
     /// [`for_each_init`] inside it.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
