@@ -2,9 +2,12 @@
 //! vocabulary type defaults, the pre-tokenizer table, special token ids, the text-based
 //! auto-detection of end-of-generation and fill-in-the-middle tokens, and per-token attributes.
 
+use std::borrow::Cow;
 use std::collections::{BTreeSet, HashMap};
 
 use super::pretok::{self, PreTokenizer};
+use super::special::SpecialIndex;
+use super::vocab::{FxBuild, Vocab};
 use super::{attr, Kind, Tokenizer};
 use crate::gguf::Gguf;
 use crate::{Error, Result};
@@ -252,25 +255,28 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         None => None,
     };
 
-    let mut texts = Vec::with_capacity(n);
-    let mut attrs = Vec::with_capacity(n);
-    let mut token_to_id = HashMap::with_capacity(n);
-    for (i, t) in tokens.iter().enumerate() {
-        let text = if t.is_empty() {
-            warnings.push(format!("empty token at index {i}"));
-            format!("[EMPTY_{i}]")
-        } else {
-            t.to_string()
-        };
-        if token_to_id.contains_key(&text) {
-            warnings.push(format!(
-                "duplicate token {text:?} at index {i}; first one kept"
-            ));
-        } else {
-            token_to_id.insert(text.clone(), i as u32);
-        }
-        texts.push(text);
-        attrs.push(match types.as_ref().map(|t| t[i]) {
+    let texts: Vec<Cow<str>> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            if t.is_empty() {
+                warnings.push(format!("empty token at index {i}"));
+                Cow::Owned(format!("[EMPTY_{i}]"))
+            } else {
+                Cow::Borrowed(t)
+            }
+        })
+        .collect();
+    let (vocab, repeats) = Vocab::new(texts.iter().map(|t| t.as_ref()));
+    drop(texts);
+    for i in repeats {
+        warnings.push(format!(
+            "duplicate token {:?} at index {i}; first one kept",
+            vocab.text(i)
+        ));
+    }
+    let mut attrs: Vec<u16> = (0..n)
+        .map(|i| match types.as_ref().map(|t| t[i]) {
             None | Some(1) => attr::NORMAL,
             Some(2) => attr::UNKNOWN,
             Some(3) => attr::CONTROL,
@@ -278,8 +284,8 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
             Some(5) => attr::UNUSED,
             Some(6) => attr::BYTE,
             Some(_) => attr::UNDEFINED,
-        });
-    }
+        })
+        .collect();
 
     // Type defaults, then the pre-tokenizer (BPE only), then metadata overrides.
     let mut clean_spaces = false;
@@ -289,7 +295,7 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         Kind::Spm => {
             (add_bos, bos, eos, unk) = (true, Some(1), Some(2), Some(0));
             pre = None;
-            merges = HashMap::new();
+            merges = HashMap::default();
         }
         Kind::Bpe => {
             (add_bos, bos, eos, unk) = (false, Some(11), Some(11), None);
@@ -324,7 +330,7 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
             add_bos |= cfg.add_bos;
             pre = Some(PreTokenizer::new(cfg.exprs)?);
             let lines = g.get_str_array("tokenizer.ggml.merges")?;
-            let mut m = HashMap::with_capacity(lines.len());
+            let mut m = HashMap::with_capacity_and_hasher(lines.len(), FxBuild::default());
             for (rank, line) in lines.iter().enumerate() {
                 // llama.cpp splits at the first space after the first byte; a line without one
                 // becomes the pair ("", "") and can never match.
@@ -373,53 +379,47 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     for (key, names) in DETECTED {
         let mut id = meta_id(g, key, n, &mut warnings)?;
         if id.is_none() {
-            id = (0..n)
-                .find(|&i| names.contains(&texts[i].as_str()))
-                .map(|i| {
-                    attrs[i] |= attr::CONTROL;
-                    i as u32
-                });
+            // The lowest id among the texts the vocabulary has.
+            id = names.iter().filter_map(|t| vocab.id(t)).min();
+            if let Some(i) = id {
+                attrs[i as usize] |= attr::CONTROL;
+            }
         }
         detected.push(id);
     }
     let (eot, eom) = (detected[0], detected[1]);
 
     // Control tokens named "unused" are unused.
-    for (t, a) in texts.iter().zip(attrs.iter_mut()) {
-        if *a & attr::CONTROL != 0 && t.contains("unused") {
+    for (i, a) in attrs.iter_mut().enumerate() {
+        if *a & attr::CONTROL != 0 && vocab.text(i as u32).contains("unused") {
             *a |= attr::UNUSED;
         }
     }
 
     // End of generation: FIM pad/repo/sep, the known texts, eos, eot, eom.
     let mut eog: BTreeSet<u32> = detected[5..].iter().flatten().copied().collect();
-    for (i, t) in texts.iter().enumerate() {
-        if EOG_TEXTS.contains(&t.as_str()) {
-            eog.insert(i as u32);
-            attrs[i] |= attr::CONTROL;
-        }
+    for i in EOG_TEXTS.iter().filter_map(|t| vocab.id(t)) {
+        eog.insert(i);
+        attrs[i as usize] |= attr::CONTROL;
     }
-    for (i, t) in texts.iter().enumerate() {
-        if matches!(
-            t.as_str(),
-            "<|channel|>" | "<|message|>" | "<|start|>" | "<|constrain|>"
-        ) {
-            attrs[i] = attr::USER_DEFINED;
+    for t in ["<|channel|>", "<|message|>", "<|start|>", "<|constrain|>"] {
+        if let Some(i) = vocab.id(t) {
+            attrs[i as usize] = attr::USER_DEFINED;
         }
     }
     eog.extend([eos, eot, eom].into_iter().flatten());
-    let has = |eog: &BTreeSet<u32>, s: &str| eog.iter().any(|&i| texts[i as usize] == s);
+    let has = |eog: &BTreeSet<u32>, s: &str| eog.iter().any(|&i| vocab.text(i) == s);
     // gpt-oss and solar-open end a message with <|end|> but do not stop there.
     if (has(&eog, "<|return|>") || has(&eog, "<|flush|>"))
         && (has(&eog, "<|call|>") || has(&eog, "<|calls|>"))
     {
-        if let Some(&end) = eog.iter().find(|&&i| texts[i as usize] == "<|end|>") {
+        if let Some(&end) = eog.iter().find(|&&i| vocab.text(i) == "<|end|>") {
             eog.remove(&end);
             attrs[end as usize] = attr::USER_DEFINED;
         }
     }
     if has(&eog, "<|tool_response>") {
-        if let Some(&s) = eog.iter().find(|&&i| texts[i as usize] == "</s>") {
+        if let Some(&s) = eog.iter().find(|&&i| vocab.text(i) == "</s>") {
             eog.remove(&s);
             attrs[s as usize] = attr::NORMAL;
         }
@@ -429,13 +429,13 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     let mut special: Vec<u32> = (0..n as u32)
         .filter(|&i| attrs[i as usize] & (attr::CONTROL | attr::USER_DEFINED | attr::UNKNOWN) != 0)
         .collect();
-    special.sort_by_key(|&i| std::cmp::Reverse(texts[i as usize].len()));
+    special.sort_by_key(|&i| std::cmp::Reverse(vocab.text(i).len()));
 
     // Per-model attributes llama.cpp sets by name.
     let model_name = opt_str(g, "general.name")?.unwrap_or("").to_lowercase();
     let pre_name = opt_str(g, "tokenizer.ggml.pre")?.unwrap_or("");
     let arch = opt_str(g, "general.architecture")?.unwrap_or("");
-    let id = |s: &str| token_to_id.get(s).map(|&i: &u32| i as usize);
+    let id = |s: &str| vocab.id(s).map(|i| i as usize);
     if ["jina-v2-de", "jina-v2-es", "jina-v2-code"]
         .iter()
         .any(|p| pre_name.contains(p))
@@ -464,14 +464,15 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         }
     }
 
+    let special_index = SpecialIndex::new(&vocab, &special);
     Ok(Tokenizer {
         kind,
-        texts,
+        vocab,
         scores,
         attrs,
-        token_to_id,
         merges,
         pre,
+        special_index,
         special,
         bos,
         eos,

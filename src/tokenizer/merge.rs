@@ -7,6 +7,7 @@
 
 use std::cmp::{Ordering, Reverse};
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::BuildHasher;
 
 #[derive(Clone, Copy)]
 struct Sym {
@@ -57,7 +58,10 @@ fn survivors<'w>(word: &'w str, syms: &[Sym]) -> Vec<&'w str> {
 
 /// Byte-level BPE: merges the pair with the lowest rank (leftmost on ties) until none applies.
 /// `ranks` is keyed by the merge line, "left right". Returns the final symbols' texts.
-pub fn bpe_merge<'w>(word: &'w str, ranks: &HashMap<String, u32>) -> Vec<&'w str> {
+pub fn bpe_merge<'w, S: BuildHasher>(
+    word: &'w str,
+    ranks: &HashMap<String, u32, S>,
+) -> Vec<&'w str> {
     let mut syms = char_symbols(word);
     // (rank, left, right, byte size of the pair); min-heap through Reverse.
     let mut heap: BinaryHeap<Reverse<(u32, usize, usize, usize)>> = BinaryHeap::new();

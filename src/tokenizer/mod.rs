@@ -6,8 +6,10 @@
 mod load;
 mod merge;
 mod pretok;
+mod special;
 mod stream;
 mod unicode;
+mod vocab;
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -44,18 +46,18 @@ enum Fragment {
 /// A GGUF model's tokenizer. See the module docs.
 pub struct Tokenizer {
     kind: Kind,
-    /// Token texts as stored in the file. `[n_vocab]`.
-    texts: Vec<String>,
+    /// Token texts as stored in the file, and the id of each text.
+    vocab: vocab::Vocab,
     /// SentencePiece scores (0 when absent). `[n_vocab]`.
     scores: Vec<f32>,
     /// `attr::*` bits. `[n_vocab]`.
     attrs: Vec<u16>,
-    token_to_id: HashMap<String, u32>,
     /// BPE merge line ("left right") to rank; empty for SPM.
-    merges: HashMap<String, u32>,
+    merges: HashMap<String, u32, vocab::FxBuild>,
     pre: Option<pretok::PreTokenizer>,
     /// Control, user-defined and unknown tokens, longest text first.
     special: Vec<u32>,
+    special_index: special::SpecialIndex,
     bos: Option<u32>,
     eos: Option<u32>,
     unk: Option<u32>,
@@ -141,13 +143,20 @@ impl Tokenizer {
             return frags;
         }
         frags.push(Fragment::Text(0, text.len()));
+        let present = self.special_index.present(text);
+        if present.is_empty() {
+            return frags;
+        }
         let is_space = |b: u8| matches!(b, b' ' | b'\t' | b'\n' | 0x0B | 0x0C | b'\r');
         for &id in &self.special {
             let a = self.attrs[id as usize];
             if !parse_special && a & (attr::CONTROL | attr::UNKNOWN) != 0 {
                 continue;
             }
-            let pat = self.texts[id as usize].as_str();
+            let pat = self.vocab.text(id);
+            if !present.contains(pat) {
+                continue;
+            }
             let mut next = Vec::with_capacity(frags.len());
             for f in frags {
                 let Fragment::Text(mut start, end) = f else {
@@ -190,13 +199,13 @@ impl Tokenizer {
             word.clear();
             word.extend(w.bytes().map(|b| byte_map[b as usize]));
             if self.ignore_merges {
-                if let Some(&id) = self.token_to_id.get(word.as_str()) {
+                if let Some(id) = self.vocab.id(&word) {
                     out.push(id);
                     continue;
                 }
             }
             for sym in merge::bpe_merge(&word, &self.merges) {
-                if let Some(&id) = self.token_to_id.get(sym) {
+                if let Some(id) = self.vocab.id(sym) {
                     out.push(id);
                     continue;
                 }
@@ -204,7 +213,7 @@ impl Tokenizer {
                 // ASCII bytes can name a token.
                 for b in sym.bytes().filter(u8::is_ascii) {
                     let mut one = [0u8; 4];
-                    if let Some(&id) = self.token_to_id.get(char::from(b).encode_utf8(&mut one)) {
+                    if let Some(id) = self.vocab.id(char::from(b).encode_utf8(&mut one)) {
                         out.push(id);
                     }
                 }
@@ -213,7 +222,7 @@ impl Tokenizer {
     }
 
     fn spm_tokenize(&self, text: &str, out: &mut Vec<u32>) {
-        let lookup = |s: &str| self.token_to_id.get(s).copied();
+        let lookup = |s: &str| self.vocab.id(s);
         let score = |id: u32| self.scores.get(id as usize).copied().unwrap_or(0.0);
         for sym in merge::spm_merge(text, lookup, score) {
             if let Some(id) = lookup(sym) {
@@ -233,7 +242,7 @@ impl Tokenizer {
 
     /// Vocabulary size.
     pub fn n_vocab(&self) -> usize {
-        self.texts.len()
+        self.vocab.len()
     }
 
     pub fn bos(&self) -> Option<u32> {
@@ -257,12 +266,12 @@ impl Tokenizer {
 
     /// The token's text as stored in the vocabulary ("" for an out-of-range id).
     pub fn token_text(&self, id: u32) -> &str {
-        self.texts.get(id as usize).map_or("", String::as_str)
+        self.vocab.get(id).unwrap_or("")
     }
 
     /// The id of the token whose stored text is exactly `text`.
     pub fn id_of(&self, text: &str) -> Option<u32> {
-        self.token_to_id.get(text).copied()
+        self.vocab.id(text)
     }
 
     /// The bytes `id` stands for, control tokens included (as their text).
@@ -274,8 +283,7 @@ impl Tokenizer {
     /// `▁` to space and `<0xNN>` to its byte for SPM; control and unknown tokens give their text
     /// only when `special`, unused and undefined ones nothing.
     pub fn decode_token(&self, id: u32, special: bool) -> Vec<u8> {
-        let (Some(text), Some(&a)) = (self.texts.get(id as usize), self.attrs.get(id as usize))
-        else {
+        let (Some(text), Some(&a)) = (self.vocab.get(id), self.attrs.get(id as usize)) else {
             return Vec::new();
         };
         if !special && a & (attr::UNKNOWN | attr::CONTROL) != 0 {
