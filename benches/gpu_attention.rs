@@ -46,6 +46,7 @@ fn main() {
         scale: 0.125,
         n_ctx: 2048,
         kv: KvTypes::F32,
+        window: None,
     };
     let mut seed = 7u64;
     for (n, pos0, paths) in runs {

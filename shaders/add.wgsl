@@ -7,7 +7,8 @@ struct ElementwiseParams {
     n: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    pad0: u32,
+    // unused here (the gated units' activation)
+    act: u32,
     pad1: u32,
 }
 

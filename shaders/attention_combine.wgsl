@@ -29,19 +29,21 @@ fn main(
         return;
     }
     let tok = th / P.n_head;
-    // Only the chunks that hold some of this token's positions 0..=pos0 + tok were written.
+    // Only the chunks that hold some of this token's positions first_key(pos)..=pos were
+    // written: c0..nc.
     let nc = (P.pos0 + tok + 1u + CHUNK - 1u) / CHUNK;
+    let c0 = first_key(P.pos0 + tok) / CHUNK;
     let d4 = P.head_dim / 4u;
     let stride = d4 + 1u;
     let base = th * P.n_chunks * stride;
 
     var m = -F32_MAX;
-    for (var c = lid; c < nc; c += WG) {
+    for (var c = c0 + lid; c < nc; c += WG) {
         m = max(m, scratch[base + c * stride].x);
     }
     let big_m = wg_max(m, lid);
     var s = 0.0;
-    for (var c = lid; c < nc; c += WG) {
+    for (var c = c0 + lid; c < nc; c += WG) {
         let h = scratch[base + c * stride];
         s += exp(h.x - big_m) * h.y;
     }
@@ -54,7 +56,7 @@ fn main(
         let r = it / d4;
         let lane = it % d4;
         var acc = vec4<f32>(0.0);
-        for (var c = r; c < nc; c += n_groups) {
+        for (var c = c0 + r; c < nc; c += n_groups) {
             let e = base + c * stride;
             acc += exp(scratch[e].x - big_m) * scratch[e + 1u + lane];
         }

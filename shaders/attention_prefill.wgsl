@@ -80,9 +80,11 @@ fn main(
         acc[k] = vec4<f32>(0.0);
     }
 
-    // Keys the tile's last valid query sees.
+    // Keys the tile's last valid query sees, from the first its first query sees (a sliding
+    // window starts later for later queries: each row skips the keys before its own).
     let n_keys = P.pos0 + t0 + nq;
-    for (var kv0 = 0u; kv0 < n_keys; kv0 += P.tile_k) {
+    let my_first = first_key(my_pos);
+    for (var kv0 = first_key(P.pos0 + t0); kv0 < n_keys; kv0 += P.tile_k) {
         let tk = min(P.tile_k, n_keys - kv0);
         // The previous tile's values (and the q tile, first time) are done with.
         workgroupBarrier();
@@ -101,13 +103,18 @@ fn main(
         load_tile(true, kv0, tk, d4, row4, kv_off, lid);
         workgroupBarrier();
         if (qi < tq) {
-            // Positions kv0..kv0 + nj of this tile are not after the query (causal mask).
+            // Positions kv0 + j0..kv0 + nj of this tile are not after the query (causal mask)
+            // nor before its window.
             var nj = 0u;
             if (my_pos >= kv0) {
                 nj = min(tk, my_pos - kv0 + 1u);
             }
+            var j0 = 0u;
+            if (my_first > kv0) {
+                j0 = min(my_first - kv0, nj);
+            }
             var m_new = m;
-            for (var j = 0u; j < nj; j++) {
+            for (var j = j0; j < nj; j++) {
                 m_new = max(m_new, s_sh[qi * P.tile_k + j]);
             }
             let alpha = exp(m - m_new);
@@ -115,7 +122,7 @@ fn main(
             for (var k = 0u; k < ACC4; k++) {
                 acc[k] *= alpha;
             }
-            for (var j = 0u; j < nj; j++) {
+            for (var j = j0; j < nj; j++) {
                 let p = exp(s_sh[qi * P.tile_k + j] - m_new);
                 l += p;
                 for (var k = 0u; k < ACC4; k++) {

@@ -120,10 +120,12 @@ fn main(
     var m = -F32_MAX;
     var l = 0.0;
 
-    // Keys the subgroup's last query sees: the same in every lane, so the loop (and its
-    // broadcasts) stays in uniform control flow.
+    // Keys the subgroup's last query sees, from the first block its first query sees: the
+    // same in every lane, so the loop (and its broadcasts) stays in uniform control flow.
     let n_keys = subgroupMax(my_pos) + 1u;
-    for (var j0 = 0u; j0 < n_keys; j0 += 8u) {
+    let my_first = first_key(my_pos);
+    let j_start = (subgroupMin(my_first) / 8u) * 8u;
+    for (var j0 = j_start; j0 < n_keys; j0 += 8u) {
         // This lane's key row; past the end a written row stands in (its score is masked).
         let kb = (min(j0 + e, n_keys - 1u) * row4 + kv_off) * 4u;
         var s = Block(vec4<f32>(0.0), vec4<f32>(0.0));
@@ -143,16 +145,20 @@ fn main(
         s = qk(s, q13, kb + 52u);
         s = qk(s, q14, kb + 56u);
         s = qk(s, q15, kb + 60u);
-        // Causal mask: keys after the query's position score -F32_MAX (probability 0: key 0
-        // is in the first block for every query, so m is finite from then on).
+        // Causal and window mask: keys after the query's position or before its window score
+        // -F32_MAX and get probability 0 (explicitly: a block can hold no key of a query
+        // whose window starts later, and then m_new is still -F32_MAX).
         let j_lo = vec4<u32>(j0) + vec4<u32>(0u, 1u, 2u, 3u);
         let j_hi = j_lo + vec4<u32>(4u);
-        let lo = select(vec4<f32>(-F32_MAX), s.lo, j_lo <= vec4<u32>(my_pos));
-        let hi = select(vec4<f32>(-F32_MAX), s.hi, j_hi <= vec4<u32>(my_pos));
+        let in_lo = (j_lo <= vec4<u32>(my_pos)) & (j_lo >= vec4<u32>(my_first));
+        let in_hi = (j_hi <= vec4<u32>(my_pos)) & (j_hi >= vec4<u32>(my_first));
+        let lo = select(vec4<f32>(-F32_MAX), s.lo, in_lo);
+        let hi = select(vec4<f32>(-F32_MAX), s.hi, in_hi);
         let mx = max(lo, hi);
         let m_new = max(m, max(max(mx.x, mx.y), max(mx.z, mx.w)));
         let alpha = exp(m - m_new);
-        let p = Block(exp(lo - m_new), exp(hi - m_new));
+        let zero = vec4<f32>(0.0);
+        let p = Block(select(zero, exp(lo - m_new), in_lo), select(zero, exp(hi - m_new), in_hi));
         l = l * alpha + dot(p.lo + p.hi, vec4<f32>(1.0));
         m = m_new;
         a0 = pv(a0 * alpha, p, kb);

@@ -54,14 +54,18 @@ fn main(
     let th = g / P.n_chunks;
     let head = th % P.n_head;
     let tok = th / P.n_head;
-    // Causal: this token sees positions 0..=pos0 + tok.
+    // Causal: this token sees positions first_key(pos)..=pos, pos = pos0 + tok.
     let n_keys = P.pos0 + tok + 1u;
-    let start = chunk * CHUNK;
-    if (start >= n_keys) {
-        // Past this token's position: the combine pass never reads this entry.
+    let first = first_key(P.pos0 + tok);
+    let chunk0 = chunk * CHUNK;
+    if (chunk0 >= n_keys || chunk0 + CHUNK <= first) {
+        // Past this token's position or before its window: the combine pass never reads this
+        // entry.
         return;
     }
-    let len = min(CHUNK, n_keys - start);
+    // This chunk's part of the token's keys: start..start + len.
+    let start = max(chunk0, first);
+    let len = min(chunk0 + CHUNK, n_keys) - start;
     let d4 = P.head_dim / 4u;
     // vec4s per cache row, and this head's kv head offset in a row (GQA)
     let row4 = P.n_head_kv * d4;

@@ -18,7 +18,8 @@ struct EmbeddingParams {
     row0: u32,
     // rows of the whole table
     total_rows: u32,
-    pad0: u32,
+    // multiplies every value (gemma's sqrt(n_embd); 1 otherwise)
+    scale: f32,
     pad1: u32,
 }
 
@@ -78,12 +79,13 @@ fn main(
         return;
     }
     let w = dq_block(id - P.row0, b, P.cols);
-    store4(base, c0, w[0]);
-    store4(base, c0 + 4u, w[1]);
-    store4(base, c0 + 8u, w[2]);
-    store4(base, c0 + 12u, w[3]);
-    store4(base, c0 + 16u, w[4]);
-    store4(base, c0 + 20u, w[5]);
-    store4(base, c0 + 24u, w[6]);
-    store4(base, c0 + 28u, w[7]);
+    let s = P.scale;
+    store4(base, c0, w[0] * s);
+    store4(base, c0 + 4u, w[1] * s);
+    store4(base, c0 + 8u, w[2] * s);
+    store4(base, c0 + 12u, w[3] * s);
+    store4(base, c0 + 16u, w[4] * s);
+    store4(base, c0 + 20u, w[5] * s);
+    store4(base, c0 + 24u, w[6] * s);
+    store4(base, c0 + 28u, w[7] * s);
 }

@@ -1,5 +1,6 @@
-// SwiGLU in place: gate = silu(gate) * up (twin of kernels-ref's ops::swiglu). Standalone
-// module. One invocation per element; 2-D dispatch as in matvec.wgsl.
+// SwiGLU or GeGLU in place: gate = act(gate) * up (twins of kernels-ref's ops::swiglu and
+// ops::geglu). Standalone module. One invocation per element; 2-D dispatch as in
+// matvec.wgsl.
 
 override WG: u32 = 64u;
 
@@ -7,7 +8,8 @@ struct ElementwiseParams {
     n: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    pad0: u32,
+    // 0: SiLU, 1: tanh GELU
+    act: u32,
     pad1: u32,
 }
 
@@ -16,6 +18,18 @@ struct ElementwiseParams {
 // [n]
 @group(0) @binding(1) var<storage, read> up: array<f32>;
 @group(0) @binding(2) var<uniform> P: ElementwiseParams;
+
+
+// act(g): silu(g) = g * sigmoid(g), or (P.act == 1) tanh GELU 0.5 g (1 + tanh(z)) with
+// z = sqrt(2/pi) (g + 0.044715 g^3), computed as g * sigmoid(2z): no tanh to overflow.
+// exp(-t) overflows to +inf for t < -88: g / inf = -0, the right limit.
+fn act(g: f32) -> f32 {
+    var t = g;
+    if (P.act == 1u) {
+        t = 1.5957691216057308 * (g + 0.044715 * g * g * g);
+    }
+    return g / (1.0 + exp(-t));
+}
 
 @compute @workgroup_size(WG)
 fn main(
@@ -26,7 +40,5 @@ fn main(
     if (i >= P.n) {
         return;
     }
-    let g = gate[i];
-    // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
-    gate[i] = g / (1.0 + exp(-g)) * up[i];
+    gate[i] = act(gate[i]) * up[i];
 }

@@ -1,5 +1,5 @@
-// SwiGLU in place fused with the 8-bit quantization of its result: gate = silu(gate) * up as
-// swiglu.wgsl computes it, and qx / qd exactly what quantize_act.wgsl would make of the new
+// SwiGLU or GeGLU in place fused with the 8-bit quantization of its result: gate =
+// act(gate) * up as swiglu.wgsl computes it, and qx / qd exactly what quantize_act.wgsl would make of the new
 // gate (the same `quantize_store`), so the down projection skips its own pass over it.
 // n (the element count) is a multiple of 32. Composed after quantize_chunk.wgsl (no
 // reduction): one invocation per chunk of 32; 2-D dispatch as in matvec.wgsl.
@@ -10,7 +10,8 @@ struct ElementwiseParams {
     n: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    pad0: u32,
+    // 0: SiLU, 1: tanh GELU
+    act: u32,
     pad1: u32,
 }
 
@@ -24,11 +25,21 @@ struct ElementwiseParams {
 // [n / 32] chunk scales and sums
 @group(0) @binding(4) var<storage, read_write> qd: array<vec4<f32>>;
 
-// gate[i] = silu(gate[i]) * up[i], also returned.
+
+// act(g): silu(g) = g * sigmoid(g), or (P.act == 1) tanh GELU 0.5 g (1 + tanh(z)) with
+// z = sqrt(2/pi) (g + 0.044715 g^3), computed as g * sigmoid(2z): no tanh to overflow.
+// exp(-t) overflows to +inf for t < -88: g / inf = -0, the right limit.
+fn act(g: f32) -> f32 {
+    var t = g;
+    if (P.act == 1u) {
+        t = 1.5957691216057308 * (g + 0.044715 * g * g * g);
+    }
+    return g / (1.0 + exp(-t));
+}
+
+// gate[i] = act(gate[i]) * up[i], also returned.
 fn swiglu1(i: u32) -> f32 {
-    let g = gate[i];
-    // exp(-g) overflows to +inf for g < -88: g / inf = -0, the right limit.
-    let y = g / (1.0 + exp(-g)) * up[i];
+    let y = act(gate[i]) * up[i];
     gate[i] = y;
     return y;
 }

@@ -28,6 +28,10 @@ pub enum WeightId {
     QNorm(usize),
     KNorm(usize),
     Wo(usize),
+    /// RMS norms of the attention output and of the FFN output before their residual adds
+    /// (`[n_embd]`, gemma2/3).
+    PostAttnNorm(usize),
+    PostFfnNorm(usize),
     FfnNorm(usize),
     Gate(usize),
     Up(usize),
@@ -52,6 +56,8 @@ impl WeightId {
             QNorm(l) => format!("blk.{l}.attn_q_norm.weight"),
             KNorm(l) => format!("blk.{l}.attn_k_norm.weight"),
             Wo(l) => format!("blk.{l}.attn_output.weight"),
+            PostAttnNorm(l) => format!("blk.{l}.post_attention_norm.weight"),
+            PostFfnNorm(l) => format!("blk.{l}.post_ffw_norm.weight"),
             FfnNorm(l) => format!("blk.{l}.ffn_norm.weight"),
             Gate(l) => format!("blk.{l}.ffn_gate.weight"),
             Up(l) => format!("blk.{l}.ffn_up.weight"),
@@ -65,7 +71,9 @@ impl WeightId {
         match self {
             TokEmbd | OutputNorm | Output => None,
             AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Bq(l) | Bk(l) | Bv(l) | QNorm(l) | KNorm(l)
-            | Wo(l) | FfnNorm(l) | Gate(l) | Up(l) | Down(l) => Some(l),
+            | Wo(l) | PostAttnNorm(l) | PostFfnNorm(l) | FfnNorm(l) | Gate(l) | Up(l) | Down(l) => {
+                Some(l)
+            }
         }
     }
 }
@@ -87,7 +95,7 @@ pub trait Backend {
     /// Copies the start of `src` to the host.
     fn read(&mut self, src: &Self::Act, dst: &mut [f32]) -> Result<()>;
 
-    /// out: [n, n_embd] = rows `ids` of the token embedding.
+    /// out: [n, n_embd] = rows `ids` of the token embedding times `Config::embed_scale`.
     fn embed(&mut self, ids: &[u32], out: &mut Self::Act) -> Result<()>;
     /// out: [n, w] = RMSNorm of x: [n, w] scaled by the norm weight `norm` ([w]).
     fn rms_norm(
@@ -145,24 +153,34 @@ pub trait Backend {
     }
     /// x: [n, w] += bias ([w]) on every row.
     fn add_bias(&mut self, bias: WeightId, x: &mut Self::Act, n: usize) -> Result<()>;
-    /// RoPE in place on x: [n, n_heads, head_dim]; token i is at position pos0 + i.
-    fn rope(&mut self, x: &mut Self::Act, n: usize, n_heads: usize, pos0: usize) -> Result<()>;
+    /// RoPE in place on x: [n, n_heads, head_dim] with block `layer`'s base and scale
+    /// (`Config::rope_of`); token i is at position pos0 + i.
+    fn rope(
+        &mut self,
+        layer: usize,
+        x: &mut Self::Act,
+        n: usize,
+        n_heads: usize,
+        pos0: usize,
+    ) -> Result<()>;
     /// RoPE on the queries q: [n, n_head, head_dim] and the keys k: [n, n_head_kv, head_dim],
     /// as `rope` on each; a backend may rotate both in one pass (the GPU: one launch fewer).
     fn rope_qk(
         &mut self,
+        layer: usize,
         q: &mut Self::Act,
         k: &mut Self::Act,
         n: usize,
         (n_head, n_head_kv): (usize, usize),
         pos0: usize,
     ) -> Result<()> {
-        self.rope(q, n, n_head, pos0)?;
-        self.rope(k, n, n_head_kv, pos0)
+        self.rope(layer, q, n, n_head, pos0)?;
+        self.rope(layer, k, n, n_head_kv, pos0)
     }
     /// Stores k, v: [n, n_head_kv, head_dim] in layer `layer`'s KV cache at positions
     /// pos0..pos0+n, then out: [n, n_head, head_dim] = causal attention of q: [n, n_head,
-    /// head_dim] over positions 0..=pos0+i.
+    /// head_dim] over positions 0..=pos0+i (from pos0+i-window+1 in a sliding-window block,
+    /// `Config::window`), scores scaled by `Config::attn_scale`.
     #[allow(clippy::too_many_arguments)]
     fn attention(
         &mut self,
@@ -174,8 +192,17 @@ pub trait Backend {
         pos0: usize,
         out: &mut Self::Act,
     ) -> Result<()>;
-    /// gate[i] = silu(gate[i]) * up[i] for the first `len` elements, in place.
-    fn swiglu(&mut self, gate: &mut Self::Act, up: &Self::Act, len: usize) -> Result<()>;
+    /// gate[i] = act(gate[i]) * up[i] for the first `len` elements, in place, with the model's
+    /// activation (`Config::ffn_act`: SwiGLU or GeGLU).
+    fn glu(&mut self, gate: &mut Self::Act, up: &Self::Act, len: usize) -> Result<()>;
+    /// x[i] = cap * tanh(x[i] / cap) for the first `len` elements (final-logit soft-capping).
+    /// The default goes through the host.
+    fn softcap(&mut self, x: &mut Self::Act, cap: f32, len: usize) -> Result<()> {
+        let mut v = vec![0f32; len];
+        self.read(x, &mut v)?;
+        crate::cpu::softcap(&mut v, cap);
+        self.write(x, &v)
+    }
     /// x[i] += y[i] for the first `len` elements.
     fn add(&mut self, x: &mut Self::Act, y: &Self::Act, len: usize) -> Result<()>;
     /// out: [n_rows, width] = rows first..first+n_rows of x: [*, width].
@@ -297,8 +324,8 @@ pub fn shift_kv_host<B: Backend + ?Sized>(
         cfg.head_dim,
         cfg.n_rot,
         -(s.discard as i64),
-        cfg.rope_base,
-        cfg.rope_freq_scale,
+        cfg.rope_of(layer).0,
+        cfg.rope_of(layer).1,
         cfg.rope_freq_factors.as_deref(),
         cfg.rope_kind == crate::config::RopeKind::Neox,
     )?;
@@ -333,6 +360,9 @@ pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
                 (QNorm(l), vec![cfg.head_dim]),
                 (KNorm(l), vec![cfg.head_dim]),
             ]);
+        }
+        if cfg.post_norms {
+            v.extend([(PostAttnNorm(l), vec![e]), (PostFfnNorm(l), vec![e])]);
         }
     }
     v

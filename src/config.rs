@@ -1,6 +1,8 @@
 //! Model hyper-parameters read from GGUF metadata (`<arch>.*` keys), for the llama family:
-//! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE) and
-//! others that share the shape.
+//! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE), gemma3
+//! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers) and others that
+//! share the shape. One forward pass reads these differences; there is no copy of the model per
+//! architecture.
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -13,6 +15,33 @@ pub enum RopeKind {
     Normal,
     /// Halves (i, i + n_rot/2): qwen2, phi3, gemma and the other NeoX-style models.
     Neox,
+}
+
+/// The activation of the gated feed-forward unit: down(act(gate(x)) * up(x)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FfnAct {
+    /// SwiGLU: silu(g) = g * sigmoid(g) (llama and most others).
+    Silu,
+    /// GeGLU with the tanh form of GELU, 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))):
+    /// gemma (llama.cpp's `src/models/gemma3.cpp` builds its FFN with `LLM_FFN_GELU`,
+    /// `LLM_FFN_PAR`, and ggml's `ggml_gelu` is the tanh approximation).
+    GeluTanh,
+}
+
+/// Sliding-window (local) attention on some layers, as gemma3 interleaves it with global
+/// layers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlidingWindow {
+    /// A query at position p sees keys at positions p - size + 1 ..= p: llama.cpp's
+    /// `is_masked_swa` (src/llama-hparams.h) masks key p0 for query p1 when `p1 - p0 >= n_swa`
+    /// (LLAMA_SWA_TYPE_STANDARD).
+    pub size: usize,
+    /// `[n_layer]`: whether each layer is local.
+    pub layers: Vec<bool>,
+    /// RoPE base of the local layers (`<arch>.rope.freq_base_swa`, else 10000: llama.cpp's
+    /// `rope_freq_base_train_swa` default), whose position scale is 1 (linear scaling applies
+    /// to the global layers only, llama.cpp's `rope_freq_scale_train_swa`).
+    pub rope_base: f32,
 }
 
 /// Hyper-parameters of a llama-shaped decoder.
@@ -52,31 +81,51 @@ pub struct Config {
     /// (`src/models/smollm3.cpp`: `n_no_rope_layer_step = 4`, `use_rope = (il + 1) %
     /// n_no_rope_layer_step != 0`).
     pub no_rope_layer_step: Option<usize>,
+    pub ffn_act: FfnAct,
+    /// Multiplies every token embedding row: 1, or sqrt(n_embd) for gemma (llama.cpp's
+    /// `src/models/gemma3.cpp`: `ggml_scale(ctx0, inpL, sqrtf(n_embd))`).
+    pub embed_scale: f32,
+    /// The attention output and the FFN output are RMS-normalized again (their own weights,
+    /// `post_attention_norm` and `post_ffw_norm`) before their residual adds: gemma2/3.
+    pub post_norms: bool,
+    /// Attention score scale: 1 / sqrt(head_dim), except gemma3 27B's 1 / sqrt(n_embd /
+    /// n_head) (llama.cpp's `llama_model_gemma3::load_arch_hparams`, `f_attention_scale`).
+    pub attn_scale: f32,
+    pub sliding_window: Option<SlidingWindow>,
+    /// Final logits become cap * tanh(logits / cap) (`<arch>.final_logit_softcapping`).
+    pub final_logit_softcap: Option<f32>,
 }
 
-/// Architectures whose forward pass is the llama one, with the RoPE style each uses. (granite
-/// is llama-shaped too but scales the embedding, the residual branches, the attention and the
-/// logits by its own factors; it stays refused until those are applied.)
-const LLAMA_LIKE: &[(&str, RopeKind)] = &[
+/// Architectures the forward pass runs, with the RoPE style each uses (llama.cpp's
+/// `llama_model_rope_type` in src/llama-model.cpp). (granite is llama-shaped too but scales
+/// the embedding, the residual branches, the attention and the logits by its own factors; it
+/// stays refused until those are applied.)
+const SUPPORTED: &[(&str, RopeKind)] = &[
     ("llama", RopeKind::Normal),
     ("mistral", RopeKind::Normal),
     ("qwen2", RopeKind::Neox),
     ("qwen3", RopeKind::Neox),
     ("smollm3", RopeKind::Normal),
+    ("gemma3", RopeKind::Neox),
 ];
+
+/// Gemma 3's local/global interleave when the file gives none: llama.cpp's
+/// `load_swa_pattern(ml, 6)` in src/models/gemma3.cpp, which with `set_swa_pattern` in
+/// src/llama-hparams.cpp makes layer l local when `l % 6 < 5` (every sixth layer global).
+const GEMMA3_SWA_PATTERN: usize = 6;
 
 impl Config {
     /// Reads the configuration, naming the key that is missing or wrong.
     pub fn from_gguf(g: &Gguf) -> Result<Config> {
         let arch = g.get_str("general.architecture")?.to_string();
-        let rope_kind = LLAMA_LIKE
+        let rope_kind = SUPPORTED
             .iter()
             .find(|(a, _)| *a == arch)
             .map(|(_, k)| *k)
             .ok_or_else(|| {
                 Error::Config(format!(
                     "architecture {arch:?} is not supported (supported: {})",
-                    LLAMA_LIKE
+                    SUPPORTED
                         .iter()
                         .map(|(a, _)| *a)
                         .collect::<Vec<_>>()
@@ -175,6 +224,27 @@ impl Config {
             }
         };
 
+        let gemma3 = arch == "gemma3";
+        let sliding_window = match g.opt(&key("attention.sliding_window"), Gguf::get_u32)? {
+            Some(size) if gemma3 && size > 0 => Some(SlidingWindow {
+                size: size as usize,
+                layers: swa_layers(g, &key("attention.sliding_window_pattern"), n_layer)?,
+                rope_base: g
+                    .opt(&key("rope.freq_base_swa"), Gguf::get_f32)?
+                    .unwrap_or(10000.0),
+            }),
+            _ => None,
+        };
+        let final_logit_softcap = g
+            .opt(&key("final_logit_softcapping"), Gguf::get_f32)?
+            .filter(|&c| c != 0.0);
+        // Gemma 3 27B (62 blocks) scales by the model width per head instead of the head size.
+        let attn_scale = if gemma3 && n_layer == 62 {
+            1.0 / ((n_embd / n_head) as f32).sqrt()
+        } else {
+            1.0 / (head_dim as f32).sqrt()
+        };
+
         let c = Config {
             arch,
             n_vocab,
@@ -195,6 +265,19 @@ impl Config {
             qkv_bias,
             qk_norm,
             no_rope_layer_step,
+            ffn_act: if gemma3 {
+                FfnAct::GeluTanh
+            } else {
+                FfnAct::Silu
+            },
+            // RMSNorm weights are used as stored: llama.cpp's converter already folded gemma's
+            // (1 + w) into them (conversion/gemma.py, `Gemma3Model.norm_shift` adds 1.0 to every
+            // `norm.weight`), and src/models/gemma3.cpp multiplies by the stored weight.
+            embed_scale: if gemma3 { (n_embd as f32).sqrt() } else { 1.0 },
+            post_norms: gemma3,
+            attn_scale,
+            sliding_window,
+            final_logit_softcap,
         };
         c.validate()?;
         Ok(c)
@@ -223,6 +306,30 @@ impl Config {
         }
         if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
             return bad(format!("RoPE base {} is not valid", self.rope_base));
+        }
+        if let Some(w) = &self.sliding_window {
+            if w.size == 0 || w.layers.len() != self.n_layer {
+                return bad(format!(
+                    "sliding window of {} positions over {} of {} layers",
+                    w.size,
+                    w.layers.len(),
+                    self.n_layer
+                ));
+            }
+            if !(w.rope_base.is_finite() && w.rope_base > 0.0) {
+                return bad(format!("local RoPE base {} is not valid", w.rope_base));
+            }
+        }
+        if let Some(c) = self.final_logit_softcap {
+            if !(c.is_finite() && c > 0.0) {
+                return bad(format!("final logit soft-cap {c} is not a positive number"));
+            }
+        }
+        if !(self.embed_scale.is_finite() && self.attn_scale.is_finite()) {
+            return bad(format!(
+                "embedding scale {} / attention scale {} not finite",
+                self.embed_scale, self.attn_scale
+            ));
         }
         Ok(())
     }
@@ -273,6 +380,32 @@ impl Config {
         if self.qk_norm {
             d.push("per-head RMS norms of Q and K before RoPE".into());
         }
+        if self.embed_scale != 1.0 {
+            d.push(format!("token embedding scaled by {}", self.embed_scale));
+        }
+        if self.post_norms {
+            d.push("RMS norms of the attention and FFN outputs before each residual add".into());
+        }
+        if self.ffn_act == FfnAct::GeluTanh {
+            d.push("GeGLU feed-forward (tanh GELU)".into());
+        }
+        if (self.attn_scale - 1.0 / (self.head_dim as f32).sqrt()).abs() > 1e-7 {
+            d.push(format!(
+                "attention scale {} (not 1/sqrt(head size))",
+                self.attn_scale
+            ));
+        }
+        if let Some(w) = &self.sliding_window {
+            let local = w.layers.iter().filter(|&&b| b).count();
+            d.push(format!(
+                "sliding-window attention of {} positions in {local} of {} blocks (RoPE base {} \
+                 there), global attention in the others",
+                w.size, self.n_layer, w.rope_base
+            ));
+        }
+        if let Some(c) = self.final_logit_softcap {
+            d.push(format!("final logits soft-capped at {c} (c tanh(x / c))"));
+        }
         d.push(if self.tied_embeddings {
             "output head tied to the token embedding".into()
         } else {
@@ -287,6 +420,23 @@ impl Config {
             .is_none_or(|step| !(l + 1).is_multiple_of(step))
     }
 
+    /// The attention window of block `l`: Some(size) for a sliding-window (local) block.
+    pub fn window(&self, l: usize) -> Option<usize> {
+        self.sliding_window
+            .as_ref()
+            .filter(|w| w.layers.get(l).copied().unwrap_or(false))
+            .map(|w| w.size)
+    }
+
+    /// RoPE (base, position scale) of block `l`: the local ones for a sliding-window block
+    /// (llama.cpp's `get_rope_freq_base` / `get_rope_freq_scale` in src/llama-model.cpp).
+    pub fn rope_of(&self, l: usize) -> (f32, f32) {
+        match &self.sliding_window {
+            Some(w) if self.window(l).is_some() => (w.rope_base, 1.0),
+            _ => (self.rope_base, self.rope_freq_scale),
+        }
+    }
+
     /// Width of the Q projection output.
     pub fn q_dim(&self) -> usize {
         self.n_head * self.head_dim
@@ -295,5 +445,33 @@ impl Config {
     /// Width of the K and V projection outputs.
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
+    }
+}
+
+/// `[n_layer]` local-layer flags from `key`: an array of bools (one per layer), a period n
+/// (layer l local when l % n < n - 1; 0 makes every layer local), or gemma3's period 6 when
+/// the key is absent (llama.cpp's `load_swa_pattern` and `set_swa_pattern`).
+fn swa_layers(g: &Gguf, key: &str, n_layer: usize) -> Result<Vec<bool>> {
+    use crate::gguf::Value;
+    let period =
+        |n: usize| -> Vec<bool> { (0..n_layer).map(|l| n == 0 || l % n < n - 1).collect() };
+    match g.get(key) {
+        None => Ok(period(GEMMA3_SWA_PATTERN)),
+        Some(Value::Array(_, items)) => {
+            let flags = items
+                .iter()
+                .map(|v| match v {
+                    Value::Bool(b) => Some(*b),
+                    _ => None,
+                })
+                .collect::<Option<Vec<bool>>>();
+            match flags {
+                Some(f) if f.len() == n_layer => Ok(f),
+                _ => Err(Error::Config(format!(
+                    "{key} must be {n_layer} bools (one per block) or a number"
+                ))),
+            }
+        }
+        Some(_) => Ok(period(g.get_u32(key)? as usize)),
     }
 }

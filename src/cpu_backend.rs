@@ -55,8 +55,10 @@ pub struct CpuBackend {
     /// 8-bit activation chunks of the fast kernels: the validation mode the GPU's f32 path is
     /// compared with, since 8-bit rounding amplifies 1-ulp differences between two devices.
     f32_activations: bool,
-    /// RoPE angles of the last position rotated (shared by Q and K of every layer).
-    rope_cache: crate::cpu::RopeCache,
+    /// RoPE angles of the last positions rotated (shared by Q and K of every layer): [0] for
+    /// the global blocks, [1] for the sliding-window ones, whose base differs (gemma3), so
+    /// alternating blocks keep their tables.
+    rope_cache: [crate::cpu::RopeCache; 2],
     /// `[n_layer]`: block l's matrices stream from storage (the executor hands its slot in
     /// before the block runs); empty when nothing streams.
     streamed: Vec<bool>,
@@ -370,6 +372,12 @@ impl Backend for CpuBackend {
                 msg: e.to_string(),
             })?;
         }
+        let scale = self.cfg.embed_scale;
+        if scale != 1.0 {
+            out[..ids.len() * m.cols]
+                .iter_mut()
+                .for_each(|v| *v *= scale);
+        }
         Ok(())
     }
 
@@ -438,18 +446,26 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    fn rope(&mut self, x: &mut Vec<f32>, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
+    fn rope(
+        &mut self,
+        layer: usize,
+        x: &mut Vec<f32>,
+        n: usize,
+        n_heads: usize,
+        pos0: usize,
+    ) -> Result<()> {
         let c = &self.cfg;
+        let (base, scale) = c.rope_of(layer);
         crate::cpu::rope_tokens_cached(
-            &mut self.rope_cache,
+            &mut self.rope_cache[usize::from(c.window(layer).is_some())],
             &mut x[..n * n_heads * c.head_dim],
             n,
             n_heads,
             c.head_dim,
             c.n_rot,
             pos0,
-            c.rope_base,
-            c.rope_freq_scale,
+            base,
+            scale,
             c.rope_freq_factors.as_deref(),
             c.rope_kind == RopeKind::Neox,
         )
@@ -466,6 +482,7 @@ impl Backend for CpuBackend {
         out: &mut Vec<f32>,
     ) -> Result<()> {
         let (hd, n_head, n_kv) = (self.cfg.head_dim, self.cfg.n_head, self.cfg.n_head_kv);
+        let (scale, window) = (self.cfg.attn_scale, self.cfg.window(layer));
         let n_ctx = self.n_ctx;
         if pos0 + n > n_ctx {
             return Err(Error::ContextOverflow {
@@ -502,12 +519,14 @@ impl Backend for CpuBackend {
             n_kv,
             hd,
             pos0,
-            1.0 / (hd as f32).sqrt(),
+            scale,
+            window,
             &mut out[..n * n_head * hd],
         )
     }
 
-    fn swiglu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) -> Result<()> {
+    fn glu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) -> Result<()> {
+        let act = self.cfg.ffn_act;
         // Chunks of whole vectors, so an element's arithmetic never depends on the split.
         const CHUNK: usize = 4096;
         let (g, u) = (&mut gate[..len], &up[..len]);
@@ -517,7 +536,7 @@ impl Backend for CpuBackend {
                 g.chunks_mut(CHUNK).zip(u.chunks(CHUNK)).collect(),
                 || (),
                 |_, (g, u)| {
-                    if let Err(e) = crate::cpu::swiglu_in_place(g, u) {
+                    if let Err(e) = crate::cpu::glu_in_place(act, g, u) {
                         *failed.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
                     }
                 },
@@ -527,7 +546,7 @@ impl Backend for CpuBackend {
                 None => Ok(()),
             }
         } else {
-            crate::cpu::swiglu_in_place(g, u)
+            crate::cpu::glu_in_place(act, g, u)
         }
     }
 

@@ -124,19 +124,52 @@ pub fn layer_stage<B: Backend>(
         std::mem::swap(&mut s.k, &mut s.u);
     }
     if cfg.uses_rope(l) {
-        b.rope_qk(&mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
+        b.rope_qk(l, &mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
     }
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
     if cfg.qk_norm {
         std::mem::swap(&mut s.k, &mut s.u);
     }
-    b.matmul_add(Wo(l), &s.att, n, cfg.n_embd, &mut s.o, &mut s.x)?;
+    residual(b, cfg, s, Wo(l), PostAttnNorm(l), Att, n)?;
     // Feed-forward block.
     b.rms_norm(FfnNorm(l), &s.x, n, &mut s.h)?;
     b.matmul_gate_up(l, &s.h, n, &mut s.g, &mut s.u)?;
-    // SwiGLU written over the gate buffer: each element reads only its own inputs.
-    b.swiglu(&mut s.g, &s.u, n * cfg.n_ff)?;
-    b.matmul_add(Down(l), &s.g, n, cfg.n_embd, &mut s.o, &mut s.x)
+    // SwiGLU / GeGLU written over the gate buffer: each element reads only its own inputs.
+    b.glu(&mut s.g, &s.u, n * cfg.n_ff)?;
+    residual(b, cfg, s, Down(l), PostFfnNorm(l), Gated, n)
+}
+
+/// Which scratch buffer a residual branch's projection reads.
+#[derive(Clone, Copy)]
+enum BranchInput {
+    /// s.att: the attention output.
+    Att,
+    /// s.g: the gated FFN activations.
+    Gated,
+}
+use BranchInput::{Att, Gated};
+
+/// x += w · input, or x += rms_norm(w · input) with the `post` weights where the model
+/// normalizes its branches (gemma's post-attention and post-FFN norms).
+fn residual<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    w: WeightId,
+    post: WeightId,
+    input: BranchInput,
+    n: usize,
+) -> Result<()> {
+    let y = match input {
+        Att => &s.att,
+        Gated => &s.g,
+    };
+    if !cfg.post_norms {
+        return b.matmul_add(w, y, n, cfg.n_embd, &mut s.o, &mut s.x);
+    }
+    b.matmul(w, y, n, &mut s.o)?;
+    b.rms_norm(post, &s.o, n, &mut s.h)?;
+    b.add(&mut s.x, &s.h, n * cfg.n_embd)
 }
 
 /// Final norm and output head for rows first..first+n_rows of s.x; leaves s.logits:
@@ -155,5 +188,9 @@ pub fn head_stage<B: Backend>(
     } else {
         WeightId::Output
     };
-    b.matmul(out, &s.h, n_rows, &mut s.logits)
+    b.matmul(out, &s.h, n_rows, &mut s.logits)?;
+    if let Some(cap) = cfg.final_logit_softcap {
+        b.softcap(&mut s.logits, cap, n_rows * cfg.n_vocab)?;
+    }
+    Ok(())
 }

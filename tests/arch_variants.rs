@@ -1,9 +1,12 @@
 //! The architectures that share llama's shape, on small synthetic models written with the GGUF
 //! writer: llama with tied embeddings, llama with Llama 3's per-pair RoPE frequency factors
 //! (`rope_freqs.weight`), smollm3 with no RoPE in every fourth block, mistral with an output
-//! head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size that is not n_embd / n_head (as
-//! Qwen3's 128 at width 1024 with 16 heads), written with qwen3's metadata keys and tensor names. For each, the CPU backend's logits match a forward pass built from kernels-ref
-//! alone, in one batch and token by token, across weight formats.
+//! head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size
+//! that is not n_embd / n_head (as Qwen3's 128 at width 1024 with 16 heads), gemma3 with its
+//! scaled embedding, post-norms, GeGLU, sliding-window blocks with their own RoPE base and a
+//! final-logit soft-cap; each written with its architecture's metadata keys and tensor names.
+//! For each, the CPU backend's logits match a forward pass built from kernels-ref alone, in one
+//! batch and token by token, across weight formats; and on the GPU.
 
 mod common;
 
@@ -23,6 +26,8 @@ const HEAD_DIM: usize = 16;
 const N_FF: usize = 96;
 const N_LAYER: usize = 2;
 const N_VOCAB: usize = 257;
+/// gemma3's sliding window here: shorter than the test prompts, so it masks.
+const GEMMA3_WINDOW: usize = 5;
 
 /// GPT-2's byte-to-unicode map: the vocabulary of a byte-level BPE with no merges.
 /// Roughly N(0, scale²) values, every 97th 6x larger (an outlier now and then).
@@ -80,16 +85,23 @@ impl Variant {
     fn rope_factors(&self) -> Option<Vec<f32>> {
         (self.arch == "llama3").then(|| vec![0.05, 0.1, 0.3, 1.0, 2.0, 8.0, 0.07, 0.5])
     }
-    /// qwen3: per-head Q/K norms and a head size of 32 at width 64 with 4 heads.
+    /// qwen3 and gemma3: per-head Q/K norms and a head size of 32 at width 64 with 4 heads.
     fn qwen3(&self) -> bool {
-        self.arch == "qwen3"
+        self.arch == "qwen3" || self.gemma3()
     }
-    /// smollm3 needs a fourth block to have a NoPE one.
+    /// gemma3: also the scaled embedding, post-attention and post-FFN norms, GeGLU, sliding
+    /// windows of `GEMMA3_WINDOW` positions in five blocks of six (the interleave llama.cpp
+    /// assumes when the file gives none) with their own RoPE base, and here a final-logit
+    /// soft-cap low enough to bend the largest of these logits.
+    fn gemma3(&self) -> bool {
+        self.arch == "gemma3"
+    }
+    /// smollm3 needs a fourth block to have a NoPE one, gemma3 a sixth to have a global one.
     fn n_layer(&self) -> usize {
-        if self.arch == "smollm3" {
-            4
-        } else {
-            N_LAYER
+        match self.arch {
+            "smollm3" => 4,
+            "gemma3" => 6,
+            _ => N_LAYER,
         }
     }
     fn head_dim(&self) -> usize {
@@ -126,7 +138,11 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             format!("{a}.attention.layer_norm_rms_epsilon"),
             Value::F32(1e-6),
         )
-        .metadata(format!("{a}.rope.freq_base"), Value::F32(10000.0))
+        .metadata(
+            format!("{a}.rope.freq_base"),
+            // gemma3's global blocks: 1e6 (its sliding-window blocks keep 10000).
+            Value::F32(if v.gemma3() { 1e6 } else { 10000.0 }),
+        )
         .metadata("tokenizer.ggml.model", Value::String("gpt2".into()))
         .metadata("tokenizer.ggml.pre", Value::String("default".into()))
         .metadata(
@@ -145,6 +161,15 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             Value::Array(memwall::gguf::ValueType::String, vec![]),
         )
         .metadata("tokenizer.ggml.eos_token_id", Value::U32(256));
+    if v.gemma3() {
+        w = w
+            .metadata(
+                format!("{a}.attention.sliding_window"),
+                Value::U32(GEMMA3_WINDOW as u32),
+            )
+            // The logits here reach ~120: a cap of 50 bends the large ones hard.
+            .metadata(format!("{a}.final_logit_softcapping"), Value::F32(50.0));
+    }
     if v.qwen3() {
         // Qwen3's files state the head size; it is not n_embd / n_head.
         let hd = Value::U32(v.head_dim() as u32);
@@ -204,6 +229,14 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             w = w.tensor_f32(p("attn_q_norm.weight"), &[hd as u64], &qn);
             w = w.tensor_f32(p("attn_k_norm.weight"), &[hd as u64], &kn);
         }
+        if v.gemma3() {
+            w = w.tensor_f32(
+                p("post_attention_norm.weight"),
+                &[N_EMBD as u64],
+                &norm(&mut rng),
+            );
+            w = w.tensor_f32(p("post_ffw_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
+        }
         if v.bias {
             w = w.tensor_f32(p("attn_q.bias"), &[q as u64], &rand_vec(&mut rng, q, 0.5));
             w = w.tensor_f32(p("attn_k.bias"), &[kv as u64], &rand_vec(&mut rng, kv, 0.5));
@@ -214,7 +247,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_smollm3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -242,6 +275,8 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_match_the_reference() {
         v("smollm3", true, false, GgmlType::Q8_0),
         v("qwen3", false, false, GgmlType::F32),
         v("qwen3", true, false, GgmlType::Q8_0),
+        v("gemma3", false, false, GgmlType::F32),
+        v("gemma3", true, false, GgmlType::Q4_0),
     ];
     for v in &variants {
         let v: &Variant = v;
@@ -254,6 +289,16 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_match_the_reference() {
         assert_eq!(c.qk_norm, v.qwen3());
         assert_eq!(c.rope_freq_factors, v.rope_factors());
         assert_eq!(c.head_dim, v.head_dim());
+        assert_eq!(c.post_norms, v.gemma3());
+        if v.gemma3() {
+            let local: Vec<bool> = (0..6).map(|l| c.window(l).is_some()).collect();
+            assert_eq!(local, [true, true, true, true, true, false]);
+            assert_eq!(c.window(0), Some(GEMMA3_WINDOW));
+            assert_eq!(c.rope_of(0), (10000.0, 1.0));
+            assert_eq!(c.rope_of(5), (1e6, 1.0));
+            assert_eq!(c.embed_scale, (N_EMBD as f32).sqrt());
+            assert_eq!(c.final_logit_softcap, Some(50.0));
+        }
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen & llama!", false, false);
         assert_eq!(ids.len(), 17, "one token per byte with no merges");
@@ -355,7 +400,7 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
 /// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
 /// and token by token.
 #[test]
-fn qwen3_and_llama3_on_the_gpu_match_the_reference() {
+fn qwen3_llama3_smollm3_gemma3_on_the_gpu_match_the_reference() {
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
@@ -366,6 +411,8 @@ fn qwen3_and_llama3_on_the_gpu_match_the_reference() {
         ("qwen3", GgmlType::Q8_0, true, 0.12),
         ("llama3", GgmlType::F32, false, 5e-3),
         ("smollm3", GgmlType::F32, false, 5e-3),
+        ("gemma3", GgmlType::F32, false, 5e-3),
+        ("gemma3", GgmlType::Q8_0, true, 0.12),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {

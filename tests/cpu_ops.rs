@@ -254,7 +254,15 @@ fn causal_gqa_attention_prefill_and_decode() {
     let (n_head, n_kv_head, hd) = (6, 2, 24);
     // (n_q, q_pos0, capacity): a prefill big enough to go parallel, a decode step, and a chunk
     // after earlier tokens; the cache has spare capacity past n_kv.
-    for (n_q, q_pos0, cap) in [(40, 0, 50), (1, 77, 90), (5, 11, 16)] {
+    // Each also with a sliding window shorter than the context.
+    for (n_q, q_pos0, cap, window) in [
+        (40, 0, 50, None),
+        (1, 77, 90, None),
+        (5, 11, 16, None),
+        (40, 0, 50, Some(7)),
+        (1, 77, 90, Some(30)),
+        (5, 11, 16, Some(1)),
+    ] {
         let n_kv = q_pos0 + n_q;
         let q = rng.activations(n_q * n_head * hd);
         let k = rng.activations(cap * n_kv_head * hd);
@@ -262,12 +270,12 @@ fn causal_gqa_attention_prefill_and_decode() {
         let scale = 1.0 / (hd as f32).sqrt();
         let mut out = vec![f32::NAN; q.len()];
         cpu::attention(
-            &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, &mut out,
+            &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, &mut out,
         )
         .unwrap();
         let kv = n_kv * n_kv_head * hd; // kernels-ref takes exactly [n_kv, n_kv_head, hd]
         let mut want = vec![0f32; q.len()];
-        kernels_ref::attention(
+        kernels_ref::attention_window(
             &q,
             &k[..kv],
             &v[..kv],
@@ -278,6 +286,7 @@ fn causal_gqa_attention_prefill_and_decode() {
             hd,
             q_pos0,
             scale,
+            window,
             &mut want,
         );
         let want = wide(&want);
@@ -287,14 +296,14 @@ fn causal_gqa_attention_prefill_and_decode() {
             &out,
             &want,
             2e-4,
-            &format!("attention n_q={n_q} q_pos0={q_pos0}"),
+            &format!("attention n_q={n_q} q_pos0={q_pos0} window={window:?}"),
         );
     }
     let mut out = vec![0f32; 24];
     let q = vec![0f32; 24];
     let kv = vec![0f32; 2 * 24];
     assert!(
-        cpu::attention(&q, &kv, &kv, 1, 3, 1, 1, 24, 2, 1.0, &mut out).is_err(),
+        cpu::attention(&q, &kv, &kv, 1, 3, 1, 1, 24, 2, 1.0, None, &mut out).is_err(),
         "k too short"
     );
 }

@@ -84,23 +84,28 @@ fn tolerance(
     let mut tol = vec![0.0; want.len()];
     for t in 0..n_q {
         let n_keys = pos0 + t + 1;
+        // Keys first..n_keys (a sliding window's last ones).
+        let first = cfg.window.map_or(0, |w| n_keys.saturating_sub(w));
         for h in 0..nh {
             let kvh = h / (nh / nkv);
             let qv = &q[(t * nh + h) * hd..][..hd];
             let mut s = vec![0.0f64; n_keys];
             let mut mag = vec![0.0f64; n_keys];
-            for j in 0..n_keys {
+            for j in first..n_keys {
                 let kv = &k[(j * nkv + kvh) * hd..][..hd];
                 for (&a, &b) in qv.iter().zip(kv) {
                     s[j] += f64::from(a) * f64::from(b) * scale;
                     mag[j] += (f64::from(a) * f64::from(b) * scale).abs();
                 }
             }
-            let m = s.iter().cloned().fold(f64::MIN, f64::max);
-            let z: f64 = s.iter().map(|&x| (x - m).exp()).sum();
+            let m = s[first..].iter().cloned().fold(f64::MIN, f64::max);
+            let z: f64 = s[first..].iter().map(|&x| (x - m).exp()).sum();
             // (p_j, relative error of key j's weight)
             let pe: Vec<(f64, f64)> = (0..n_keys)
                 .map(|j| {
+                    if j < first {
+                        return (0.0, 0.0);
+                    }
                     let e = (hd as f64 + 2.0) * U * mag[j] + (6.0 + 2.0 * (m - s[j])) * U;
                     ((s[j] - m).exp() / z, e)
                 })
@@ -137,6 +142,18 @@ struct Case {
 
 impl Case {
     fn new(n_head: usize, n_head_kv: usize, hd: usize, n: usize, pos0: usize) -> Case {
+        Case::windowed(n_head, n_head_kv, hd, n, pos0, None)
+    }
+
+    /// As [`Case::new`], each query seeing only its last `window` positions.
+    fn windowed(
+        n_head: usize,
+        n_head_kv: usize,
+        hd: usize,
+        n: usize,
+        pos0: usize,
+        window: Option<usize>,
+    ) -> Case {
         // Rows past the last position stay NaN: the kernels must never read them.
         let n_ctx = pos0 + n + 7;
         let cfg = AttentionConfig {
@@ -146,6 +163,7 @@ impl Case {
             scale: 1.0 / (hd as f32).sqrt(),
             n_ctx,
             kv: KvTypes::F32,
+            window,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
@@ -153,7 +171,7 @@ impl Case {
         let k = rng.values((pos0 + n) * row, 1.0);
         let v = rng.values((pos0 + n) * row, 1.0);
         let mut want = vec![0.0; q.len()];
-        kernels_ref::attention(
+        kernels_ref::attention_window(
             &q,
             &k,
             &v,
@@ -164,6 +182,7 @@ impl Case {
             hd,
             pos0,
             cfg.scale,
+            window,
             &mut want,
         );
         let tol = tolerance(&q, &k, &v, &want, n, &cfg, pos0);
@@ -185,8 +204,8 @@ impl Case {
         let (cfg, n, pos0) = (&self.cfg, self.n, self.pos0);
         let row = cfg.n_head_kv * cfg.head_dim;
         let what = format!(
-            "heads {}/{} hd {} n {n} pos0 {pos0} {path:?} subgroup={} max_groups={}",
-            cfg.n_head, cfg.n_head_kv, cfg.head_dim, ks.subgroup, ks.max_groups_per_dim
+            "heads {}/{} hd {} n {n} pos0 {pos0} window {:?} {path:?} subgroup={} max_groups={}",
+            cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.window, ks.subgroup, ks.max_groups_per_dim
         );
         // The cache: earlier rows filled, the rest NaN.
         let cache_init = |src: &[f32]| {
@@ -291,6 +310,44 @@ fn kv_store_and_attention_match_kernels_ref() {
 }
 
 #[test]
+fn sliding_windows_match_kernels_ref() {
+    // Windows shorter than the context on every path: inside one split chunk, across chunk
+    // boundaries (whole chunks before the window are skipped), a window of one key, one as
+    // long as the context (no effect), prefill tiles whose queries start their windows at
+    // different keys, and gemma3's 256-dim heads with one KV head.
+    let ctx = context();
+    let c = ATTENTION_CHUNK as usize;
+    let mut cases = Vec::new();
+    for &(nh, nkv, hd) in &[(9usize, 3usize, 64usize), (4, 1, 256)] {
+        for (n, pos0, w) in [
+            (1usize, 37usize, 5usize),
+            (3, 1000, 300),
+            (1, c, c),
+            (2, 2 * c + 3, c + 1),
+            (4, 10, 1),
+            (17, 37, 60),
+            (64, 1000, 20),
+            (70, 5, 33),
+            (19, 300, 512),
+        ] {
+            cases.push(Case::windowed(nh, nkv, hd, n, pos0, Some(w)));
+        }
+    }
+    let sets = kernel_sets(&ctx, true);
+    for case in &cases {
+        for ks in &sets {
+            for path in [
+                AttentionPath::Split,
+                AttentionPath::Prefill,
+                AttentionPath::PrefillTiled,
+            ] {
+                case.check(&ctx, ks, path);
+            }
+        }
+    }
+}
+
+#[test]
 fn long_head_dims_and_odd_shapes_match() {
     // head_dim 256 (the largest), 4 (the smallest), 80 and 192 (not powers of two; 192 gives
     // a prefill tile of 10 queries), one kv head for many heads.
@@ -384,6 +441,7 @@ fn oversize_and_malformed_requests_are_errors() {
         scale: 0.125,
         n_ctx: 100,
         kv: KvTypes::F32,
+        window: None,
     };
     let row = 3 * 64;
     let act = |n: usize| upload_f32(&ctx, "act", &vec![0.0; n * 9 * 64]).unwrap();

@@ -103,8 +103,8 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     cb.matmul(WeightId::Gate(5), &ch, n, &mut cg).unwrap();
     gb.matmul(WeightId::Up(5), &gh, n, &mut gu).unwrap();
     cb.matmul(WeightId::Up(5), &ch, n, &mut cu).unwrap();
-    gb.swiglu(&mut gg, &gu, n * ff).unwrap();
-    cb.swiglu(&mut cg, &cu, n * ff).unwrap();
+    gb.glu(&mut gg, &gu, n * ff).unwrap();
+    cb.glu(&mut cg, &cu, n * ff).unwrap();
     let r = rel(&read(&mut gb, &gg, n * ff), &read(&mut cb, &cg, n * ff));
     assert!(r < 1e-4, "gate/up/swiglu rel err {r}");
     // Down takes the CPU's own SwiGLU output on both, so only Down's rounding differs.
@@ -124,8 +124,8 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     // RoPE at a non-zero position on identical inputs.
     let q_host = read(&mut cb, &cq, n * qd);
     gb.write(&mut gq, &q_host).unwrap();
-    gb.rope(&mut gq, n, cfg.n_head, 17).unwrap();
-    cb.rope(&mut cq, n, cfg.n_head, 17).unwrap();
+    gb.rope(0, &mut gq, n, cfg.n_head, 17).unwrap();
+    cb.rope(0, &mut cq, n, cfg.n_head, 17).unwrap();
     let r = rel(&read(&mut gb, &gq, n * qd), &read(&mut cb, &cq, n * qd));
     assert!(r < 1e-5, "rope rel err {r}");
 
@@ -288,12 +288,13 @@ impl Backend for Unfused<'_> {
     }
     fn rope(
         &mut self,
+        layer: usize,
         x: &mut GpuAct,
         n: usize,
         n_heads: usize,
         pos0: usize,
     ) -> memwall::error::Result<()> {
-        self.0.rope(x, n, n_heads, pos0)
+        self.0.rope(layer, x, n, n_heads, pos0)
     }
     fn attention(
         &mut self,
@@ -307,8 +308,8 @@ impl Backend for Unfused<'_> {
     ) -> memwall::error::Result<()> {
         self.0.attention(layer, q, k, v, n, pos0, out)
     }
-    fn swiglu(&mut self, g: &mut GpuAct, u: &GpuAct, len: usize) -> memwall::error::Result<()> {
-        self.0.swiglu(g, u, len)
+    fn glu(&mut self, g: &mut GpuAct, u: &GpuAct, len: usize) -> memwall::error::Result<()> {
+        self.0.glu(g, u, len)
     }
     fn read_kv(
         &mut self,

@@ -13,6 +13,7 @@ mod gpu_support;
 
 use gpu_support::{random_weights, Rng};
 use kernels_ref::GgmlType;
+use memwall::config::FfnAct;
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
 use memwall::gpu::repack::repack;
@@ -133,33 +134,33 @@ fn swiglu_quant_equals_swiglu_then_quantize_act() {
             let gate = rng.values(n, 4.0);
             let up = rng.values(n, 2.0);
             let ub = kernels::upload_f32(&ctx, "up", &up).unwrap();
-            let run = |fused: bool| {
-                let mut g = gate.clone();
-                g.extend([f32::NAN; GUARDS]);
-                let gb = kernels::upload_f32(&ctx, "gate", &g).unwrap();
-                let p = if fused { POISON_FUSED } else { POISON_UNFUSED };
-                let qx = poisoned(&ctx, qx_words(1, n), p);
-                let qd = poisoned(&ctx, qd_vec4s(1, n) * 4, p);
-                let ds = if fused {
-                    let l = k.swiglu_quant_launch(&gb, &ub, &qx, &qd, n).unwrap();
-                    vec![k.prepare(&ctx, l).unwrap()]
-                } else {
-                    let q = k.quantize_act_launch(&gb, &qx, &qd, 1, n).unwrap();
-                    vec![
-                        k.swiglu(&ctx, &gb, &ub, n).unwrap(),
-                        k.prepare(&ctx, q).unwrap(),
+            for act in [FfnAct::Silu, FfnAct::GeluTanh] {
+                let run = |fused: bool| {
+                    let mut g = gate.clone();
+                    g.extend([f32::NAN; GUARDS]);
+                    let gb = kernels::upload_f32(&ctx, "gate", &g).unwrap();
+                    let p = if fused { POISON_FUSED } else { POISON_UNFUSED };
+                    let qx = poisoned(&ctx, qx_words(1, n), p);
+                    let qd = poisoned(&ctx, qd_vec4s(1, n) * 4, p);
+                    let ds = if fused {
+                        let l = k.swiglu_quant_launch(act, &gb, &ub, &qx, &qd, n).unwrap();
+                        vec![k.prepare(&ctx, l).unwrap()]
+                    } else {
+                        let q = k.quantize_act_launch(&gb, &qx, &qd, 1, n).unwrap();
+                        let glu = k.glu_launch(act, &gb, &ub, n).unwrap();
+                        vec![k.prepare(&ctx, glu).unwrap(), k.prepare(&ctx, q).unwrap()]
+                    };
+                    kernels::run(&ctx, &ds.iter().collect::<Vec<_>>()).unwrap();
+                    [
+                        bits(&ctx, &gb, n, "gate"),
+                        bits(&ctx, &qx, qx_words(1, n), "qx"),
+                        bits(&ctx, &qd, qd_vec4s(1, n) * 4, "qd"),
                     ]
                 };
-                kernels::run(&ctx, &ds.iter().collect::<Vec<_>>()).unwrap();
-                [
-                    bits(&ctx, &gb, n, "gate"),
-                    bits(&ctx, &qx, qx_words(1, n), "qx"),
-                    bits(&ctx, &qd, qd_vec4s(1, n) * 4, "qd"),
-                ]
-            };
-            let (f, u) = (run(true), run(false));
-            for (i, what) in ["gate", "qx", "qd"].iter().enumerate() {
-                assert_same(&f[i], &u[i], &format!("swiglu_quant [{n}] {what}"));
+                let (f, u) = (run(true), run(false));
+                for (i, what) in ["gate", "qx", "qd"].iter().enumerate() {
+                    assert_same(&f[i], &u[i], &format!("swiglu_quant {act:?} [{n}] {what}"));
+                }
             }
         }
     }

@@ -9,6 +9,7 @@ mod common;
 mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};
+use memwall::config::FfnAct;
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::ops::RopeConfig;
 use memwall::gpu::{repack, GpuContext, WeightFormat};
@@ -200,6 +201,34 @@ fn swiglu_and_add_match_kernels_ref() {
             let bad = (0..n).find(|&i| got[i].to_bits() != want_add[i].to_bits());
             eprintln!("add [{n}] {}: first mismatch {bad:?}", label(k));
             assert!(bad.is_none(), "add [{n}] {}: index {bad:?}", label(k));
+
+            // GeGLU: g sigmoid(t) with t = 2 sqrt(2/pi) (g + 0.044715 g^3): as SwiGLU's bound
+            // with |t| for |g|, plus the 4 roundings of t (relative error of t, times |t|
+            // through exp).
+            let mut want_geglu = vec![0f32; n];
+            kernels_ref::geglu(&gate, &up, &mut want_geglu);
+            let tol_geglu = |i: usize| {
+                let g = f64::from(gate[i]);
+                let t = (1.5957691216057308 * (g + 0.044715 * g * g * g)).abs();
+                (12.0 + 6.0 * t) * U * f64::from(want_geglu[i]).abs() + 1e-37
+            };
+            let gb = kernels::upload_f32(&ctx, "gate", &poisoned(&gate)).unwrap();
+            let l = k.glu_launch(FfnAct::GeluTanh, &gb, &upb, n).unwrap();
+            let d = k.prepare(&ctx, l).unwrap();
+            let got = run_in_place(&ctx, &gb, &d, n);
+            let (at, ratio, max_err) = worst(&got, &want_geglu, tol_geglu);
+            eprintln!(
+                "geglu [{n}] {}: max err {max_err:.3e}, max err/tol {ratio:.3e}",
+                label(k)
+            );
+            assert!(
+                ratio <= 1.0,
+                "geglu [{n}] {}: index {at} (gate {}): got {} want {}",
+                label(k),
+                gate[at],
+                got[at],
+                want_geglu[at]
+            );
         }
     }
 }

@@ -80,11 +80,15 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
 #[test]
 fn cpu_attention_every_type_pair_vs_kernels_ref() {
     let mut rng = Rng::new(5);
-    // Odd query count and head counts, GQA 3:1, a prefill window past position 0.
-    for &(n_q, n_kv, n_head, n_kv_head, hd) in &[
-        (1usize, 37usize, 3usize, 1usize, 64usize),
-        (5, 21, 6, 2, 32),
-        (3, 3, 9, 3, 96),
+    // Odd query count and head counts, GQA 3:1, a prefill window past position 0; sliding
+    // windows shorter than the context (the scan starts inside the cache).
+    for &(n_q, n_kv, n_head, n_kv_head, hd, window) in &[
+        (1usize, 37usize, 3usize, 1usize, 64usize, None),
+        (5, 21, 6, 2, 32, None),
+        (3, 3, 9, 3, 96, None),
+        (1, 37, 3, 1, 64, Some(5usize)),
+        (5, 21, 6, 2, 32, Some(1)),
+        (3, 3, 9, 3, 96, Some(2)),
     ] {
         let q = rng.activations(n_q * n_head * hd);
         let k = values(&mut rng, n_kv * n_kv_head * hd);
@@ -98,8 +102,9 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                 let kd = kernels_ref::dequantize_vec(kt.ggml_type(), &kq, k.len()).unwrap();
                 let vd = kernels_ref::dequantize_vec(vt.ggml_type(), &vq, v.len()).unwrap();
                 let mut want = vec![0f32; q.len()];
-                kernels_ref::attention(
-                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, &mut want,
+                kernels_ref::attention_window(
+                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window,
+                    &mut want,
                 );
                 let mut got = vec![0f32; q.len()];
                 attention_kv(
@@ -113,11 +118,15 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                     hd,
                     q_pos0,
                     scale,
+                    window,
                     &mut got,
                 )
                 .unwrap();
                 let e = rel(&got, &want);
-                assert!(e < 1e-5, "k {kt} v {vt} n_q {n_q} hd {hd}: rel err {e}");
+                assert!(
+                    e < 1e-5,
+                    "k {kt} v {vt} n_q {n_q} hd {hd} window {window:?}: rel err {e}"
+                );
             }
         }
     }
@@ -141,6 +150,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
         48,
         0,
         1.0,
+        None,
         &mut [0f32; 48],
     )
     .unwrap_err()

@@ -25,7 +25,16 @@ struct AttentionParams {
     groups_x: u32,
     // split: 1 quantizes the output (n_chunks = 1 only)
     quant: u32,
-    pad1: u32,
+    // sliding window: a query at position p sees keys p - window + 1 ..= p; 0 = no window
+    window: u32,
+}
+
+// The first key position a query at position `pos` sees: 0, or its window's first.
+fn first_key(pos: u32) -> u32 {
+    if (P.window == 0u || pos + 1u <= P.window) {
+        return 0u;
+    }
+    return pos + 1u - P.window;
 }
 
 const F32_MAX: f32 = 3.40282347e38;

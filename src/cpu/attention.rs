@@ -36,6 +36,7 @@ pub fn attention(
     hd: usize,
     q_pos0: usize,
     scale: f32,
+    window: Option<usize>,
     out: &mut [f32],
 ) -> Result<()> {
     let k = KvView {
@@ -47,7 +48,7 @@ pub fn attention(
         ty: KvType::F32,
     };
     attention_kv(
-        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, out,
+        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, out,
     )
 }
 
@@ -79,6 +80,7 @@ pub fn attention_kv(
     hd: usize,
     q_pos0: usize,
     scale: f32,
+    window: Option<usize>,
     out: &mut [f32],
 ) -> Result<()> {
     let bad = |msg: String| {
@@ -101,7 +103,8 @@ pub fn attention_kv(
         && out.len() == q.len()
         && k.data.len() >= k.ty.bytes(n_kv * n_kv_head * hd)
         && v.data.len() >= v.ty.bytes(n_kv * n_kv_head * hd)
-        && q_pos0 + n_q <= n_kv;
+        && q_pos0 + n_q <= n_kv
+        && window != Some(0);
     if !ok {
         return Err(bad("shapes do not match".into()));
     }
@@ -118,12 +121,19 @@ pub fn attention_kv(
         let (i, h) = (p / n_head, p % n_head);
         let g = h / group;
         let qh = &q[p * hd..(p + 1) * hd];
-        let n = q_pos0 + i + 1;
+        // Keys first..first + n: all up to the query's position, or its window's.
+        let n_seen = q_pos0 + i + 1;
+        let first = window.map_or(0, |w| n_seen.saturating_sub(w));
+        let n = n_seen - first;
         buf.resize(hd, 0.0);
         scores.clear();
         scores.resize(n, 0.0);
-        // This head's slices of the rows: key j at k_g[j * k_row..], value j at v_g[j * v_row..].
-        let (k_g, v_g) = (&k.data[g * k_head..], &v.data[g * v_head..]);
+        // This head's slices of the rows from key `first` on: key first + j at k_g[j * k_row..],
+        // value first + j at v_g[j * v_row..].
+        let (k_g, v_g) = (
+            &k.data[first * k_row + g * k_head..],
+            &v.data[first * v_row + g * v_head..],
+        );
         match kf {
             // SAFETY: simd_format returned Some only after checking AVX2/FMA/F16C; the cache
             // holds n rows (checked above: n <= n_kv), so k_g holds (n - 1) rows plus a slice.
@@ -152,7 +162,7 @@ pub fn attention_kv(
             }
         }
     };
-    let work = n_q * n_head * (q_pos0 + n_q) * hd;
+    let work = n_q * n_head * window.map_or(q_pos0 + n_q, |w| w.min(q_pos0 + n_q)) * hd;
     if work < 64 * 1024 {
         let mut scratch = (Vec::new(), Vec::new());
         for (p, o) in out.chunks_exact_mut(hd).enumerate() {

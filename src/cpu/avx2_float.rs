@@ -311,21 +311,30 @@ fn exp8(x: __m256) -> __m256 {
     _mm256_mul_ps(y, _mm256_castsi256_ps(bits))
 }
 
-/// gate[i] = silu(gate[i]) · up[i] = gate / (1 + e^-gate) · up, 8 lanes at a time (the
-/// exponential by `exp8` instead of one libm call per value). A partial last vector goes
-/// through a padded copy, so every element gets the same arithmetic wherever it sits.
+/// gate[i] = act(gate[i]) · up[i] = gate / (1 + e^-t) · up, 8 lanes at a time (the
+/// exponential by `exp8` instead of one libm call per value), with t = gate for SiLU and
+/// t = 2 sqrt(2/pi) (gate + 0.044715 gate³) for tanh GELU (0.5 (1 + tanh z) = sigmoid(2z)). A
+/// partial last vector goes through a padded copy, so every element gets the same arithmetic
+/// wherever it sits.
 ///
 /// # Safety
 /// AVX2/FMA must be available; gate.len() == up.len().
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn swiglu(gate: &mut [f32], up: &[f32]) {
+pub(crate) unsafe fn glu(gelu: bool, gate: &mut [f32], up: &[f32]) {
     let one = _mm256_set1_ps(1.0);
     let f = |g: &mut [f32], u: &[f32]| {
         // SAFETY: g and u hold 8 f32 each (chunks_exact / the padded copies below).
         unsafe {
             let gv = _mm256_loadu_ps(g.as_ptr());
             let uv = _mm256_loadu_ps(u.as_ptr());
-            let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), gv));
+            let t = if gelu {
+                let g3 = _mm256_mul_ps(_mm256_mul_ps(gv, gv), gv);
+                let inner = _mm256_fmadd_ps(_mm256_set1_ps(super::ops::GELU_COEF_A), g3, gv);
+                _mm256_mul_ps(_mm256_set1_ps(2.0 * super::ops::SQRT_2_OVER_PI), inner)
+            } else {
+                gv
+            };
+            let e = exp8(_mm256_sub_ps(_mm256_setzero_ps(), t));
             let s = _mm256_div_ps(gv, _mm256_add_ps(one, e));
             _mm256_storeu_ps(g.as_mut_ptr(), _mm256_mul_ps(s, uv));
         }

@@ -35,8 +35,8 @@ use gemm::{gemm_plan, run_gemm, Gemm};
 
 pub use attention::{attention, attention_kv, KvView};
 pub use ops::{
-    add, embedding, rms_norm, rope, rope_shift, rope_tokens, rope_tokens_cached, silu, softmax,
-    swiglu, swiglu_in_place, RopeCache,
+    add, embedding, gelu_tanh, glu_in_place, rms_norm, rope, rope_shift, rope_tokens,
+    rope_tokens_cached, silu, softcap, softmax, swiglu, swiglu_in_place, RopeCache,
 };
 
 /// Tokens per tile of the matmul kernels.

@@ -6,6 +6,7 @@
 use super::formats as f;
 use super::scalar::float_at;
 use super::FloatFormat;
+use crate::config::FfnAct;
 use crate::{Error, GgmlType, Result};
 
 fn len_err(what: &str, detail: String) -> Error {
@@ -356,22 +357,46 @@ pub fn swiglu(gate: &[f32], up: &[f32], out: &mut [f32]) -> Result<()> {
 /// gate[i] = silu(gate[i]) * up[i] in place over the whole slices (the CPU backend's SwiGLU):
 /// AVX2 lanes where the CPU has them (an exp within 2 ulp of libm's), else `silu`.
 pub fn swiglu_in_place(gate: &mut [f32], up: &[f32]) -> Result<()> {
+    glu_in_place(FfnAct::Silu, gate, up)
+}
+
+/// ggml's tanh-GELU constants (ggml/src/ggml-cpu/vec.h).
+pub(crate) const GELU_COEF_A: f32 = 0.044715;
+pub(crate) const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+
+/// GELU in its tanh form, 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x³))), computed as
+/// x · sigmoid(2 sqrt(2/pi) (x + 0.044715 x³)): the same function, with no tanh to overflow.
+pub fn gelu_tanh(x: f32) -> f32 {
+    let t = 2.0 * SQRT_2_OVER_PI * (x + GELU_COEF_A * x * x * x);
+    x / (1.0 + (-t).exp())
+}
+
+/// gate = act(gate) * up in place, element-wise: SwiGLU or GeGLU.
+pub fn glu_in_place(act: FfnAct, gate: &mut [f32], up: &[f32]) -> Result<()> {
     if gate.len() != up.len() {
         return Err(len_err(
-            "swiglu",
+            "glu",
             format!("gate {} up {}", gate.len(), up.len()),
         ));
     }
+    let gelu = act == FfnAct::GeluTanh;
     #[cfg(target_arch = "x86_64")]
     if super::Isa::Avx2.available() {
         // SAFETY: Avx2 availability includes AVX2 and FMA; the lengths match.
-        unsafe { super::avx2_float::swiglu(gate, up) };
+        unsafe { super::avx2_float::glu(gelu, gate, up) };
         return Ok(());
     }
     for (g, &u) in gate.iter_mut().zip(up) {
-        *g = silu(*g) * u;
+        *g = if gelu { gelu_tanh(*g) } else { silu(*g) } * u;
     }
     Ok(())
+}
+
+/// x = cap * tanh(x / cap) in place (final-logit soft-capping).
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
 }
 
 /// out = a + b, element-wise.

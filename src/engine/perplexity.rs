@@ -18,7 +18,10 @@ pub struct Perplexity {
 
 /// Perplexity the way llama.cpp's llama-perplexity computes it: consecutive windows of
 /// `n_ctx` tokens, each evaluated from an empty cache, scoring the predictions of the second
-/// half of each window. `on_chunk(i, running_ppl)` reports progress.
+/// half of each window. A model that adds BOS sees BOS as each window's first token, as
+/// llama-perplexity replaces it (tools/perplexity/perplexity.cpp: `tokens[batch_start] =
+/// llama_vocab_bos(vocab)` for the first batch of each chunk). `on_chunk(i, running_ppl)`
+/// reports progress.
 pub fn perplexity(
     model: &Arc<Model>,
     tokens: &[u32],
@@ -40,12 +43,22 @@ pub fn perplexity(
     let n_vocab = model.config.n_vocab;
     let mut session = Session::new(model.clone(), n_ctx)?;
     let first = n_ctx / 2;
+    let bos = model
+        .tokenizer()
+        .bos()
+        .filter(|_| model.tokenizer().add_bos());
     let (mut nll, mut nll2, mut count) = (0f64, 0f64, 0usize);
+    let mut input = Vec::with_capacity(n_ctx);
     for c in 0..n_chunks {
         let window = &tokens[c * n_ctx..(c + 1) * n_ctx];
+        input.clear();
+        input.extend_from_slice(window);
+        if let Some(b) = bos {
+            input[0] = b;
+        }
         session.reset();
         // [n_ctx - first, n_vocab]: logits of the scored half only.
-        let logits = session.eval(window, Logits::From(first))?;
+        let logits = session.eval(&input, Logits::From(first))?;
         for j in first..n_ctx - 1 {
             let r = j - first;
             let row = &logits[r * n_vocab..(r + 1) * n_vocab];

@@ -83,6 +83,8 @@ pub struct AttentionConfig {
     pub n_ctx: usize,
     /// the caches' element types (their GGUF layouts, see `shaders/kv/read.wgsl`)
     pub kv: KvTypes,
+    /// a sliding-window layer's window: each query sees its last `window` positions
+    pub window: Option<usize>,
 }
 
 /// Bytes of a KV cache buffer of `values` values of type `ty`: the type's layout, rounded up
@@ -403,7 +405,11 @@ impl Kernels {
             scale: cfg.scale,
             groups_x: 0,
             quant: 0,
-            pad1: 0,
+            window: match cfg.window {
+                None => 0,
+                Some(0) => return Err(Error::Gpu("attention: a window of 0 positions".into())),
+                Some(w) => to_u32(w, "window")?,
+            },
         };
         let max = self.max_groups_per_dim;
         match path {
@@ -546,6 +552,7 @@ mod tests {
             scale: 0.125,
             n_ctx: 1000,
             kv: KvTypes::F32,
+            window: None,
         };
         // ceil(1000 / 256) = 4 chunks of (64 + 4) f32 per (token, head)
         assert_eq!(split_scratch_len(&cfg, 2, 256), 2 * 9 * 4 * 68);

@@ -157,8 +157,9 @@ impl GpuBackend {
                 None
             });
         }
+        // Sized by the shape alone (a window never needs more: chunks before it stay unused).
         let att = attention_scratch_len(
-            &attention_config(&m, n_ctx, kv_types),
+            &attention_config(&m, 0, n_ctx, kv_types),
             max_tokens,
             ATTENTION_CHUNK as usize,
         );
@@ -314,15 +315,17 @@ impl GpuBackend {
     }
 }
 
-fn attention_config(m: &GpuModel, n_ctx: usize, kv: KvTypes) -> AttentionConfig {
+/// Block `layer`'s attention shape.
+fn attention_config(m: &GpuModel, layer: usize, n_ctx: usize, kv: KvTypes) -> AttentionConfig {
     let cfg = &m.cfg;
     AttentionConfig {
         n_head: cfg.n_head,
         n_head_kv: cfg.n_head_kv,
         head_dim: cfg.head_dim,
-        scale: 1.0 / (cfg.head_dim as f32).sqrt(),
+        scale: cfg.attn_scale,
         n_ctx,
         kv,
+        window: cfg.window(layer),
     }
 }
 
@@ -400,6 +403,7 @@ impl Backend for GpuBackend {
                 &id_buf,
                 &out.buf,
                 ids.len(),
+                m.cfg.embed_scale,
             )?;
             self.record(launch)?;
         }
@@ -498,18 +502,26 @@ impl Backend for GpuBackend {
         self.record(launch)
     }
 
-    fn rope(&mut self, x: &mut GpuAct, n: usize, n_heads: usize, pos0: usize) -> Result<()> {
+    fn rope(
+        &mut self,
+        layer: usize,
+        x: &mut GpuAct,
+        n: usize,
+        n_heads: usize,
+        pos0: usize,
+    ) -> Result<()> {
         let m = Arc::clone(&self.m);
         self.written(&x.buf);
-        let cfg = m.rope_config(n_heads);
+        let cfg = m.rope_config(layer, n_heads);
         let launch = m
             .kernels
-            .rope_launch(&x.buf, &m.rope_freqs, &cfg, n, pos0)?;
+            .rope_launch(&x.buf, m.rope_freqs(layer), &cfg, n, pos0)?;
         self.record(launch)
     }
 
     fn rope_qk(
         &mut self,
+        layer: usize,
         q: &mut GpuAct,
         k: &mut GpuAct,
         n: usize,
@@ -520,10 +532,11 @@ impl Backend for GpuBackend {
         self.written(&q.buf);
         self.written(&k.buf);
         // The frequencies depend on the head dimension only, shared by Q and K.
-        let cfg = m.rope_config(n_head);
-        let launch =
-            m.kernels
-                .rope_pair_launch(&q.buf, &k.buf, n_head_kv, &m.rope_freqs, &cfg, n, pos0)?;
+        let cfg = m.rope_config(layer, n_head);
+        let freqs = m.rope_freqs(layer);
+        let launch = m
+            .kernels
+            .rope_pair_launch(&q.buf, &k.buf, n_head_kv, freqs, &cfg, n, pos0)?;
         self.record(launch)
     }
 
@@ -546,7 +559,7 @@ impl Backend for GpuBackend {
         }
         let (kc, vc) = self.kv_buffers(layer)?;
         self.written(&out.buf);
-        let cfg = attention_config(&m, self.n_ctx, self.kv_types);
+        let cfg = attention_config(&m, layer, self.n_ctx, self.kv_types);
         let launches = m
             .kernels
             .kv_store_launch(&k.buf, &v.buf, &kc, &vc, &cfg, n, pos0)?;
@@ -572,21 +585,20 @@ impl Backend for GpuBackend {
         Ok(())
     }
 
-    fn swiglu(&mut self, gate: &mut GpuAct, up: &GpuAct, len: usize) -> Result<()> {
+    fn glu(&mut self, gate: &mut GpuAct, up: &GpuAct, len: usize) -> Result<()> {
         let m = Arc::clone(&self.m);
+        let act = m.cfg.ffn_act;
         self.written(&gate.buf);
         if !m.f32_activations && len.is_multiple_of(32) && len > 0 && len <= self.q_capacity {
             let (qx, qd) = (self.qx.clone(), self.qd.clone());
             let launch = m
                 .kernels
-                .swiglu_quant_launch(&gate.buf, &up.buf, &qx, &qd, len)?;
+                .swiglu_quant_launch(act, &gate.buf, &up.buf, &qx, &qd, len)?;
             self.record(launch)?;
             self.quantized = Some((gate.buf.clone(), len));
             return Ok(());
         }
-        let launch = m
-            .kernels
-            .elementwise_launch(KernelKey::Swiglu, &gate.buf, &up.buf, len)?;
+        let launch = m.kernels.glu_launch(act, &gate.buf, &up.buf, len)?;
         self.record(launch)
     }
 

@@ -2,11 +2,13 @@
 //! SwiGLU, residual add, softmax and argmax (shaders `rope`, `swiglu`, `add`, `softmax`,
 //! `argmax`) and the token embedding lookup (`embedding`). Each op checks its buffers' sizes before any GPU work.
 
+use crate::config::FfnAct;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{
-    BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams, QK,
+    act_code, BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams,
+    ACT_SILU, QK,
 };
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
@@ -162,10 +164,33 @@ impl Kernels {
         ))
     }
 
-    /// The launch of an element-wise kernel (`Swiglu`, `Add`) over `a` and `b`, both `[n]`.
+    /// The launch of an element-wise kernel (`Swiglu`, `Add`) over `a` and `b`, both `[n]`
+    /// (`Swiglu` with SiLU; [`Kernels::glu_launch`] picks the activation).
     pub fn elementwise_launch<'a>(
         &self,
         key: KernelKey,
+        a: &'a wgpu::Buffer,
+        b: &'a wgpu::Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        self.elementwise_act_launch(key, ACT_SILU, a, b, n)
+    }
+
+    /// The launch of `gate = act(gate) * up` in place (SwiGLU or GeGLU); both `[n]` f32.
+    pub fn glu_launch<'a>(
+        &self,
+        act: FfnAct,
+        gate: &'a wgpu::Buffer,
+        up: &'a wgpu::Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        self.elementwise_act_launch(KernelKey::Swiglu, act_code(act), gate, up, n)
+    }
+
+    fn elementwise_act_launch<'a>(
+        &self,
+        key: KernelKey,
+        act: u32,
         a: &'a wgpu::Buffer,
         b: &'a wgpu::Buffer,
         n: usize,
@@ -177,7 +202,7 @@ impl Kernels {
         let params = ElementwiseParams {
             n,
             groups_x: groups.0,
-            pad0: 0,
+            act,
             pad1: 0,
         };
         let bufs = [(0, a), (1, b)];
@@ -299,12 +324,14 @@ impl Kernels {
         out: &'a wgpu::Buffer,
         n_tokens: usize,
     ) -> Result<Launch<'a>> {
-        self.embedding_part_launch(table, 0, table.rows, ids, out, n_tokens)
+        self.embedding_part_launch(table, 0, table.rows, ids, out, n_tokens, 1.0)
     }
 
     /// The lookup for one part of a table split by rows: `part` holds table rows
     /// `row0..row0 + part.rows` of `total_rows`. Each part writes the tokens whose ids it
-    /// holds; the part at row 0 also writes the zero rows of ids past the table.
+    /// holds; the part at row 0 also writes the zero rows of ids past the table. Every value
+    /// is multiplied by `scale` (the model's embedding scale).
+    #[allow(clippy::too_many_arguments)]
     pub fn embedding_part_launch<'a>(
         &self,
         part: &'a GpuMatrix,
@@ -313,6 +340,7 @@ impl Kernels {
         ids: &'a wgpu::Buffer,
         out: &'a wgpu::Buffer,
         n_tokens: usize,
+        scale: f32,
     ) -> Result<Launch<'a>> {
         let table = part;
         if row0.saturating_add(part.rows) > total_rows {
@@ -343,7 +371,7 @@ impl Kernels {
             groups_x: groups.0,
             row0: to_u32(row0, "row0")?,
             total_rows: to_u32(total_rows, "total_rows")?,
-            pad0: 0,
+            scale,
             pad1: 0,
         };
         let mut bufs = vec![(0, &table.quants)];

@@ -81,8 +81,22 @@ pub struct ElementwiseParams {
     pub n: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
-    pub pad0: u32,
+    /// the gated units' activation: [`ACT_SILU`] or [`ACT_GELU_TANH`] (`add` ignores it)
+    pub act: u32,
     pub pad1: u32,
+}
+
+/// `ElementwiseParams::act` of SwiGLU.
+pub const ACT_SILU: u32 = 0;
+/// `ElementwiseParams::act` of GeGLU (tanh GELU).
+pub const ACT_GELU_TANH: u32 = 1;
+
+/// The `ElementwiseParams::act` code of `act`.
+pub fn act_code(act: crate::config::FfnAct) -> u32 {
+    match act {
+        crate::config::FfnAct::Silu => ACT_SILU,
+        crate::config::FfnAct::GeluTanh => ACT_GELU_TANH,
+    }
 }
 
 /// Uniform parameters of `shaders/softmax.wgsl` and `shaders/argmax.wgsl` (`struct RowParams`).
@@ -111,7 +125,8 @@ pub struct EmbeddingParams {
     pub row0: u32,
     /// rows of the whole table
     pub total_rows: u32,
-    pub pad0: u32,
+    /// multiplies every value (gemma's sqrt(n_embd); 1 otherwise)
+    pub scale: f32,
     pub pad1: u32,
 }
 
@@ -169,7 +184,8 @@ pub struct AttentionParams {
     /// split with one chunk: 1 also quantizes the output into qx / qd (head_dim a multiple
     /// of 32), else 0
     pub quant: u32,
-    pub pad1: u32,
+    /// sliding window: a query at position p sees keys p - window + 1 ..= p; 0 = no window
+    pub window: u32,
 }
 
 /// Uniform parameters of `shaders/bandwidth.wgsl` (`struct ProbeParams`).

@@ -349,10 +349,12 @@ impl Kernels {
         Ok(launch)
     }
 
-    /// `gate = silu(gate) * up` in place over `n` f32 (`n` a multiple of 32), with the result
-    /// also quantized into `qx` / `qd` exactly as [`Kernels::quantize_act_launch`] would.
+    /// `gate = act(gate) * up` in place over `n` f32 (`n` a multiple of 32; SwiGLU or GeGLU),
+    /// with the result also quantized into `qx` / `qd` exactly as
+    /// [`Kernels::quantize_act_launch`] would.
     pub fn swiglu_quant_launch<'a>(
         &self,
+        act: crate::config::FfnAct,
         gate: &'a wgpu::Buffer,
         up: &'a wgpu::Buffer,
         qx: &'a wgpu::Buffer,
@@ -373,7 +375,7 @@ impl Kernels {
         let params = ElementwiseParams {
             n: n_u,
             groups_x: groups.0,
-            pad0: 0,
+            act: crate::gpu::shaders::act_code(act),
             pad1: 0,
         };
         let bufs = [(0, gate), (1, up), (3, qx), (4, qd)];

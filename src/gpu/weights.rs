@@ -102,8 +102,10 @@ pub struct GpuModel {
     fused: HashMap<WeightId, FusedMatrix>,
     /// Norm weights and biases: [len] f32 each.
     vecs: HashMap<WeightId, wgpu::Buffer>,
-    /// RoPE frequencies: [n_rot / 2] f32.
-    pub rope_freqs: wgpu::Buffer,
+    /// RoPE frequencies: [n_rot / 2] f32 of the global blocks, then of the sliding-window
+    /// blocks where their base differs (gemma3).
+    rope_freqs: wgpu::Buffer,
+    rope_freqs_local: Option<wgpu::Buffer>,
     /// Bytes of storage one binding may hold here (the adapter's, or the forced cap).
     pub max_binding_bytes: u64,
     /// Bytes of weights resident on the GPU.
@@ -276,19 +278,15 @@ impl GpuModel {
             warnings,
             weight_bytes,
         } = up;
-        let rope = RopeConfig {
-            n_heads: cfg.n_head,
-            head_dim: cfg.head_dim,
-            n_rot: cfg.n_rot,
-            freq_base: cfg.rope_base,
-            freq_scale: cfg.rope_freq_scale,
-            neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
+        let freqs_of = |l: usize| {
+            let rope = rope_config_of(cfg, l, cfg.n_head);
+            rope_freqs(&rope, cfg.rope_freq_factors.as_deref())
         };
-        let rope_freqs = upload_f32(
-            &ctx,
-            "rope.freqs",
-            &rope_freqs(&rope, cfg.rope_freq_factors.as_deref()),
-        )?;
+        let rope_freqs = upload_f32(&ctx, "rope.freqs", &freqs_of(usize::MAX))?;
+        let rope_freqs_local = match (0..cfg.n_layer).find(|&l| cfg.window(l).is_some()) {
+            Some(l) => Some(upload_f32(&ctx, "rope.freqs.local", &freqs_of(l))?),
+            None => None,
+        };
         flush_uploads(&ctx)?;
         let timestamps =
             !opts.no_timestamps && ctx.features.contains(wgpu::Features::TIMESTAMP_QUERY);
@@ -300,6 +298,7 @@ impl GpuModel {
             fused,
             vecs,
             rope_freqs,
+            rope_freqs_local,
             max_binding_bytes: limit,
             weight_bytes,
             warnings,
@@ -310,15 +309,16 @@ impl GpuModel {
         })
     }
 
-    /// The RoPE settings of `n_heads` heads of this model.
-    pub fn rope_config(&self, n_heads: usize) -> RopeConfig {
-        RopeConfig {
-            n_heads,
-            head_dim: self.cfg.head_dim,
-            n_rot: self.cfg.n_rot,
-            freq_base: self.cfg.rope_base,
-            freq_scale: self.cfg.rope_freq_scale,
-            neox: matches!(self.cfg.rope_kind, crate::config::RopeKind::Neox),
+    /// The RoPE settings of `n_heads` heads of block `l` of this model.
+    pub fn rope_config(&self, l: usize, n_heads: usize) -> RopeConfig {
+        rope_config_of(&self.cfg, l, n_heads)
+    }
+
+    /// Block `l`'s RoPE frequencies on the GPU: `[n_rot / 2]` f32.
+    pub fn rope_freqs(&self, l: usize) -> &wgpu::Buffer {
+        match (&self.rope_freqs_local, self.cfg.window(l)) {
+            (Some(local), Some(_)) => local,
+            _ => &self.rope_freqs,
         }
     }
 
@@ -531,4 +531,18 @@ fn fuse(
     }
     splits.pop();
     Ok(Some((FusedMatrix { m: whole.m, splits }, views)))
+}
+
+/// The RoPE settings of `n_heads` heads of block `l` (`Config::rope_of`; a block index past
+/// the last gives the global ones).
+fn rope_config_of(cfg: &Config, l: usize, n_heads: usize) -> RopeConfig {
+    let (freq_base, freq_scale) = cfg.rope_of(l);
+    RopeConfig {
+        n_heads,
+        head_dim: cfg.head_dim,
+        n_rot: cfg.n_rot,
+        freq_base,
+        freq_scale,
+        neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
+    }
 }

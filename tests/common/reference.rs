@@ -1,7 +1,8 @@
 //! A llama-family forward pass built from kernels-ref's reference ops alone: the oracle the
-//! engine's forward pass is compared with.
+//! engine's forward pass is compared with. It follows llama.cpp's graphs for each difference
+//! the config names (src/models/qwen3.cpp, gemma3.cpp, smollm3.cpp).
 
-use memwall::config::{Config, RopeKind};
+use memwall::config::{Config, FfnAct, RopeKind};
 use memwall::gguf::Gguf;
 
 /// Raw bytes, type, rows and cols of matrix `name`.
@@ -37,6 +38,8 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
     for (i, &id) in ids.iter().enumerate() {
         kernels_ref::embedding(ety, &emb, e, id as usize, &mut x[i * e..(i + 1) * e]).unwrap();
     }
+    // gemma: the embedding times sqrt(n_embd).
+    x.iter_mut().for_each(|v| *v *= c.embed_scale);
     let neox = c.rope_kind == RopeKind::Neox;
     let mut h = vec![0f32; n * e];
     let (qd, kd) = (c.q_dim(), c.kv_dim());
@@ -72,7 +75,8 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
             }
         }
         for i in (0..n).filter(|_| c.uses_rope(l)) {
-            let (fb, fs) = (c.rope_base, c.rope_freq_scale);
+            // gemma3's sliding-window blocks have their own base.
+            let (fb, fs) = c.rope_of(l);
             let qi = &mut q[i * qd..(i + 1) * qd];
             let ff = c.rope_freq_factors.as_deref();
             let (nh, nkv, hd, nr) = (c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
@@ -81,18 +85,34 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
             kernels_ref::rope_ext(ki, nkv, hd, nr, i, fb, fs, ff, neox);
         }
         let mut att = vec![0f32; n * qd];
-        let scale = 1.0 / (c.head_dim as f32).sqrt();
-        let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
-        kernels_ref::attention(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, &mut att);
-        let o = matmul(g, &p("attn_output.weight"), &att, n);
+        let (nh, nkv, hd, w) = (c.n_head, c.n_head_kv, c.head_dim, c.window(l));
+        let scale = c.attn_scale;
+        kernels_ref::attention_window(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, w, &mut att);
+        let mut o = matmul(g, &p("attn_output.weight"), &att, n);
+        if c.post_norms {
+            let r = o.clone();
+            kernels_ref::rms_norm(
+                &r,
+                &vecf(g, &p("post_attention_norm.weight")),
+                c.rms_eps,
+                &mut o,
+            );
+        }
         let x2 = x.clone();
         kernels_ref::add(&x2, &o, &mut x);
         kernels_ref::rms_norm(&x, &vecf(g, &p("ffn_norm.weight")), c.rms_eps, &mut h);
         let gate = matmul(g, &p("ffn_gate.weight"), &h, n);
         let up = matmul(g, &p("ffn_up.weight"), &h, n);
         let mut s = vec![0f32; gate.len()];
-        kernels_ref::swiglu(&gate, &up, &mut s);
-        let d = matmul(g, &p("ffn_down.weight"), &s, n);
+        match c.ffn_act {
+            FfnAct::Silu => kernels_ref::swiglu(&gate, &up, &mut s),
+            FfnAct::GeluTanh => kernels_ref::geglu(&gate, &up, &mut s),
+        }
+        let mut d = matmul(g, &p("ffn_down.weight"), &s, n);
+        if c.post_norms {
+            let r = d.clone();
+            kernels_ref::rms_norm(&r, &vecf(g, &p("post_ffw_norm.weight")), c.rms_eps, &mut d);
+        }
         let x2 = x.clone();
         kernels_ref::add(&x2, &d, &mut x);
     }
@@ -102,7 +122,11 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
     } else {
         "output.weight"
     };
-    matmul(g, out, &h, n)
+    let mut logits = matmul(g, out, &h, n);
+    if let Some(cap) = c.final_logit_softcap {
+        kernels_ref::softcap(&mut logits, cap);
+    }
+    logits
 }
 
 /// Largest |a - b| relative to the largest |b|.

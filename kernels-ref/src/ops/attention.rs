@@ -2,19 +2,7 @@
 
 use super::softmax::softmax_f64;
 
-/// Causal grouped-query attention over all keys so far.
-///
-/// - `q`: `[n_q, n_head, hd]`; query `i` sits at position `q_pos0 + i`.
-/// - `k`, `v`: `[n_kv, n_kv_head, hd]`, key/value `j` at position `j`.
-/// - `out`: `[n_q, n_head, hd]`.
-///
-/// Query `i` attends keys `0..=q_pos0 + i`; head `h` uses kv head `h / (n_head / n_kv_head)`.
-/// `out = softmax(scale * q . k) @ v`, all in f64 (scale usually `1/sqrt(hd)`).
-///
-/// # Panics
-/// On shape mismatches (programmer errors): buffer lengths not matching the shapes,
-/// `n_head` not a multiple of `n_kv_head`, or a query whose position has no key
-/// (`q_pos0 + n_q > n_kv`).
+/// Causal grouped-query attention over all keys so far: [`attention_window`] with no window.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -29,6 +17,42 @@ pub fn attention(
     scale: f32,
     out: &mut [f32],
 ) {
+    attention_window(
+        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, None, out,
+    )
+}
+
+/// Causal grouped-query attention, over the last `window` keys when one is given.
+///
+/// - `q`: `[n_q, n_head, hd]`; query `i` sits at position `q_pos0 + i`.
+/// - `k`, `v`: `[n_kv, n_kv_head, hd]`, key/value `j` at position `j`.
+/// - `out`: `[n_q, n_head, hd]`.
+///
+/// Query `i` attends keys `0..=q_pos0 + i`, or with `window = Some(w)` only the last `w` of
+/// them (`q_pos0 + i + 1 - w ..= q_pos0 + i`: llama.cpp's `is_masked_swa` masks key `p0` for
+/// query `p1` when `p1 - p0 >= n_swa`); head `h` uses kv head `h / (n_head / n_kv_head)`.
+/// `out = softmax(scale * q . k) @ v`, all in f64 (scale usually `1/sqrt(hd)`).
+///
+/// # Panics
+/// On shape mismatches (programmer errors): buffer lengths not matching the shapes,
+/// `n_head` not a multiple of `n_kv_head`, or a query whose position has no key
+/// (`q_pos0 + n_q > n_kv`).
+#[allow(clippy::too_many_arguments)]
+pub fn attention_window(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    n_head: usize,
+    n_kv_head: usize,
+    hd: usize,
+    q_pos0: usize,
+    scale: f32,
+    window: Option<usize>,
+    out: &mut [f32],
+) {
+    assert!(window != Some(0), "attention: a window of 0 keys");
     assert_eq!(
         q.len(),
         n_q * n_head * hd,
@@ -64,10 +88,11 @@ pub fn attention(
     let mut acc = vec![0.0f64; hd]; // [hd]
     for i in 0..n_q {
         let n_keys = q_pos0 + i + 1;
+        let first = window.map_or(0, |w| n_keys.saturating_sub(w));
         for h in 0..n_head {
             let kvh = h / group;
             let qv = &q[(i * n_head + h) * hd..][..hd];
-            for (j, s) in scores[..n_keys].iter_mut().enumerate() {
+            for (j, s) in scores[..n_keys].iter_mut().enumerate().skip(first) {
                 let kv = &k[(j * n_kv_head + kvh) * hd..][..hd];
                 let dot: f64 = qv
                     .iter()
@@ -76,9 +101,9 @@ pub fn attention(
                     .sum();
                 *s = dot * scale;
             }
-            softmax_f64(&mut scores[..n_keys]);
+            softmax_f64(&mut scores[first..n_keys]);
             acc.fill(0.0);
-            for (j, &p) in scores[..n_keys].iter().enumerate() {
+            for (j, &p) in scores[..n_keys].iter().enumerate().skip(first) {
                 let vv = &v[(j * n_kv_head + kvh) * hd..][..hd];
                 for (a, &x) in acc.iter_mut().zip(vv) {
                     *a += p * f64::from(x);

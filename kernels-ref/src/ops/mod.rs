@@ -3,7 +3,7 @@
 //! Conventions: buffers are row-major with the shape given in each doc comment; long sums are
 //! accumulated in f64 and rounded to f32 once. Ops that read quantized weights return
 //! `RefError` for lengths that do not add up (those lengths come from files). The pure float
-//! ops (`rms_norm`, `rope`, `softmax`, `attention`, `swiglu`, `add`) take shapes from the
+//! ops (`rms_norm`, `rope`, `softmax`, `attention`, `swiglu`, `geglu`, `add`) take shapes from the
 //! caller's own code, so a mismatch there is a programmer error: they `assert!` and say so under
 //! "Panics".
 
@@ -16,8 +16,8 @@ mod rmsnorm;
 mod rope;
 mod softmax;
 
-pub use attention::attention;
-pub use elementwise::{add, silu, swiglu};
+pub use attention::{attention, attention_window};
+pub use elementwise::{add, geglu, gelu_tanh, silu, softcap, swiglu};
 pub use embedding::embedding;
 pub use matmul::matmul;
 pub use matvec::{dot_f64, matvec};

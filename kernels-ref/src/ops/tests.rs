@@ -221,6 +221,66 @@ fn silu_swiglu_add_by_hand() {
 }
 
 #[test]
+fn gelu_geglu_softcap_by_hand() {
+    // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))) at x = 1, -1, 3.
+    assert_eq!(gelu_tanh(0.0), 0.0);
+    assert!(close(gelu_tanh(1.0), 0.841_192, 1e-6));
+    assert!(close(gelu_tanh(-1.0), -0.158_808, 1e-6));
+    assert!(close(gelu_tanh(3.0), 2.996_363_8, 1e-6));
+    assert_eq!(gelu_tanh(50.0), 50.0);
+    // The far negative tail stays a tiny negative number, not a cancelled 0.
+    let t = gelu_tanh(-10.0);
+    assert!(t < 0.0 && t > -1e-30, "{t}");
+    let mut out = [0.0f32; 2];
+    geglu(&[1.0, -1.0], &[2.0, 3.0], &mut out);
+    assert!(close(out[0], 2.0 * 0.841_192, 1e-6) && close(out[1], 3.0 * -0.158_808, 1e-6));
+    let mut x = [0.0f32, 10.0, -1000.0, 1.0];
+    softcap(&mut x, 30.0);
+    assert_eq!(x[0], 0.0);
+    assert!(close(x[1], 30.0 * (1.0f32 / 3.0).tanh(), 1e-6));
+    assert!(close(x[2], -30.0, 1e-6));
+    assert!(close(x[3], 0.999_63, 1e-5));
+}
+
+#[test]
+fn attention_window_sees_the_last_keys_only() {
+    let mut rng = Rng::new(7);
+    let (n_head, n_kv_head, hd, n_kv) = (2, 1, 4, 9);
+    let q = rng.weights(4 * n_head * hd); // 4 queries at positions 5..=8
+    let k = rng.weights(n_kv * n_kv_head * hd);
+    let v = rng.weights(n_kv * n_kv_head * hd);
+    let run = |k: &[f32], v: &[f32], window| {
+        let mut out = vec![f32::NAN; q.len()];
+        attention_window(
+            &q, k, v, 4, n_kv, n_head, n_kv_head, hd, 5, 0.5, window, &mut out,
+        );
+        out
+    };
+    // A window as long as the context changes nothing.
+    let full = run(&k, &v, None);
+    assert_eq!(run(&k, &v, Some(9)), full);
+    // A window of 1: each query returns its own position's value.
+    let own = run(&k, &v, Some(1));
+    for i in 0..4 {
+        for h in 0..n_head {
+            let o = &own[(i * n_head + h) * hd..][..hd];
+            assert_eq!(o, &v[(5 + i) * hd..(6 + i) * hd]);
+        }
+    }
+    // A window of 3: keys before position p - 2 do not matter to the query at p.
+    let w3 = run(&k, &v, Some(3));
+    let (mut k2, mut v2) = (k.clone(), v.clone());
+    for t in k2[..5 * hd].iter_mut().chain(v2[..5 * hd].iter_mut()) {
+        *t = 100.0;
+    }
+    // Query 2 (position 7) sees 5, 6, 7 only; query 0 (position 5) sees 3, 4 as well.
+    let w3b = run(&k2, &v2, Some(3));
+    assert_eq!(w3[2 * n_head * hd..], w3b[2 * n_head * hd..]);
+    assert_ne!(w3[..n_head * hd], w3b[..n_head * hd]);
+    assert_ne!(w3, full);
+}
+
+#[test]
 fn attention_with_one_key_returns_v() {
     let mut rng = Rng::new(5);
     let (n_head, n_kv_head, hd) = (4, 2, 8);

@@ -95,6 +95,7 @@ impl Problem {
             scale: 1.0 / (hd as f32).sqrt(),
             n_ctx: pos0 + n + SPARE_ROWS,
             kv,
+            window: None,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
@@ -387,6 +388,7 @@ pub(super) fn kv_store(
             scale: 1.0,
             n_ctx: pos0 + n + SPARE_ROWS,
             kv: KvTypes { k: ty, v: ty },
+            window: None,
         };
         let row = nkv * hd;
         let mut rng = Rng(0x57 ^ (row * 977 + n * 31 + pos0) as u64);

@@ -94,7 +94,8 @@ pub(super) fn swiglu_quant(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -
         let ub = kernels::upload_f32(ctx, "up", &up)?;
         let qxb = poisoned(ctx, "qx", &vec![f32::NAN; qx_words(1, n)])?;
         let qdb = poisoned(ctx, "qd", &vec![f32::NAN; qd_vec4s(1, n) * 4])?;
-        let launch = ks.swiglu_quant_launch(&gb, &ub, &qxb, &qdb, n)?;
+        let launch =
+            ks.swiglu_quant_launch(crate::config::FfnAct::Silu, &gb, &ub, &qxb, &qdb, n)?;
         let d = prepare(ctx, ks, launch, key)?;
         kernels::run(ctx, &[&d])?;
         let got = read_guarded(ctx, &gb, n, &mut worst)?;
