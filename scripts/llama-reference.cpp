@@ -357,6 +357,9 @@ static int run_tokenize(const std::string & model_path, const std::string & out_
             for (size_t next; (next = data.find(sep, pos)) != std::string::npos; pos = next + sep.size()) {
                 texts.push_back(data.substr(pos, next - pos));
             }
+            if (pos < data.size()) {
+                texts.push_back(data.substr(pos)); // a last string without a separator after it
+            }
         } else if (kind == "--file") {
             texts.push_back(data);
         } else {

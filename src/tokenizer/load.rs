@@ -21,6 +21,9 @@ struct PreConfig {
     add_bos: bool,
 }
 
+/// Gemma 4's: spaces are already `▁`, so only runs of newlines are split from the rest.
+const GEMMA4_EXPRS: &[&str] = &["[^\\n]+|[\\n]+"];
+
 const DEFAULT_EXPRS: &[&str] = &[
     r"[\p{P}\$\+<=>\^~\|]+",
     pretok::GPT2,
@@ -57,6 +60,36 @@ fn pre_config(name: &str) -> Option<PreConfig> {
             false,
             false,
         ),
+        "deepseek-llm" => c(
+            &[
+                "[\\r\\n]",
+                "\\s?[A-Za-z\u{B5}\u{C0}-\u{D6}\u{D8}-\u{F6}\u{F8}-\u{1BA}\u{1BC}-\u{1BF}\u{1C4}-\
+                \u{293}\u{295}-\u{2AF}\u{370}-\u{373}\u{376}\u{377}\u{37B}-\u{37D}\u{37F}\u{386}\
+                \u{388}-\u{38A}\u{38C}\u{38E}-\u{3A1}\u{3A3}-\u{3F5}\u{3F7}-\u{481}\u{48A}-\
+                \u{52F}\u{531}-\u{556}\u{10A0}-\u{10C5}\u{13A0}-\u{13F5}\u{13F8}-\u{13FD}\
+                \u{1C90}-\u{1CBA}\u{1CBD}-\u{1CBF}\u{1D00}-\u{1D2B}\u{1D6B}-\u{1D77}\u{1D79}-\
+                \u{1D9A}\u{1E00}-\u{1F15}\u{1F18}-\u{1F1D}\u{1F20}-\u{1F45}\u{1F48}-\u{1F4D}\
+                \u{1F50}-\u{1F57}\u{1F59}\u{1F5B}\u{1F5D}\u{1F5F}-\u{1F7D}\u{1F80}-\u{1FB4}\
+                \u{1FB6}-\u{1FBC}\u{1FBE}\u{1FC2}-\u{1FC4}\u{1FC6}-\u{1FCC}\u{1FD0}-\u{1FD3}\
+                \u{1FD6}-\u{1FDB}\u{1FE0}-\u{1FEC}\u{1FF2}-\u{1FF4}\u{1FF6}-\u{1FFC}\u{2102}\
+                \u{2107}\u{210A}-\u{2113}\u{2115}\u{2119}-\u{211D}\u{2124}\u{2126}\u{2128}\
+                \u{212A}-\u{212D}\u{212F}-\u{2134}\u{2139}\u{213C}-\u{213F}\u{2145}-\u{2149}\
+                \u{214E}\u{2183}\u{2184}\u{2C00}-\u{2C7B}\u{2C7E}-\u{2CE4}\u{2CEB}-\u{2CEE}\
+                \u{2CF2}\u{2CF3}\u{A640}-\u{A66D}\u{A680}-\u{A69B}\u{A722}-\u{A76F}\u{A771}-\
+                \u{A787}\u{A78B}-\u{A78E}\u{AB70}-\u{ABBF}\u{FB00}-\u{FB06}\u{FB13}-\u{FB17}\
+                \u{FF21}-\u{FF3A}\u{FF41}-\u{FF5A}\u{10400}-\u{1044F}\u{104B0}-\u{104D3}\
+                \u{104D8}-\u{104FB}\u{10C80}-\u{10CB2}\u{10CC0}-\u{10CF2}\u{118A0}-\u{118DF}\
+                \u{1E900}-\u{1E943}]+",
+                "\\s?[!-/:-~\u{FF01}-\u{FF0F}\u{FF1A}-\u{FF5E}\u{2018}-\u{201F}\u{3000}-\u{3002}]\
+                +",
+                "\\s+$",
+                "[\u{4E00}-\u{9FA5}\u{800}-\u{4E00}\u{AC00}-\u{D7FF}]+",
+                "\\p{N}+",
+            ],
+            false,
+            false,
+            false,
+        ),
         "deepseek-v3" | "hunyuan-dense" | "joyai-llm" | "hy_v4" => c(
             &[r"\p{N}{1,3}", "[一-龥぀-ゟ゠-ヿ]+", pretok::DEEPSEEK3],
             false,
@@ -81,6 +114,7 @@ fn pre_config(name: &str) -> Option<PreConfig> {
         | "grok-2" => c(QWEN2, false, false, false),
         "stablelm2" | "megrez" => c(QWEN2, true, false, false),
         "qwen35" => c(&[pretok::QWEN35], false, false, false),
+        "gemma4" | "granite-embed-multi-311m" => c(GEMMA4_EXPRS, true, false, false),
         "seed-coder" => c(&[pretok::SEED_CODER], false, false, false),
         "bailingmoe" | "bailingmoe2" | "llada-moe" => c(&[pretok::BAILINGMOE], false, false, false),
         "minicpm5" => c(&[r"\p{N}{1,3}", pretok::MINICPM5], true, true, false),
@@ -221,10 +255,12 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     let model = g.get_str("tokenizer.ggml.model")?;
     let kind = match model {
         "llama" => Kind::Spm,
-        "gpt2" => Kind::Bpe,
+        // gemma4: BPE merges over SentencePiece-style text (see `Tokenizer::spm_bpe`).
+        "gpt2" | "gemma4" => Kind::Bpe,
         other => {
             return Err(Error::Tokenizer(format!(
-                "tokenizer model {other:?} is not supported (only \"llama\" and \"gpt2\")"
+                "tokenizer model {other:?} is not supported (only \"llama\", \"gpt2\" and \
+                 \"gemma4\")"
             )))
         }
     };
@@ -290,7 +326,8 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     // Type defaults, then the pre-tokenizer (BPE only), then metadata overrides.
     let mut clean_spaces = false;
     let mut ignore_merges = false;
-    let (mut add_bos, mut bos, eos, unk, pre, merges);
+    let mut spm_bpe = false;
+    let (mut add_bos, mut bos, mut eos, unk, pre, merges);
     match kind {
         Kind::Spm => {
             (add_bos, bos, eos, unk) = (true, Some(1), Some(2), Some(0));
@@ -299,7 +336,12 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         }
         Kind::Bpe => {
             (add_bos, bos, eos, unk) = (false, Some(11), Some(11), None);
-            let name = opt_str(g, "tokenizer.ggml.pre")?;
+            let mut name = opt_str(g, "tokenizer.ggml.pre")?;
+            if model == "gemma4" {
+                // llama.cpp sets the pre-tokenizer of this model itself, and no default ids.
+                name = Some("gemma4");
+                (bos, eos) = (None, None);
+            }
             let cfg = match name {
                 None => {
                     warnings.push("missing tokenizer.ggml.pre; using 'default'".into());
@@ -327,6 +369,7 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
             });
             clean_spaces = cfg.clean_spaces;
             ignore_merges = cfg.ignore_merges;
+            spm_bpe = cfg.exprs == GEMMA4_EXPRS;
             add_bos |= cfg.add_bos;
             pre = Some(PreTokenizer::new(cfg.exprs)?);
             let lines = g.get_str_array("tokenizer.ggml.merges")?;
@@ -360,6 +403,8 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
     if let Some(v) = g.opt("tokenizer.ggml.add_bos_token", Gguf::get_bool)? {
         add_bos = v;
     }
+    // llama.cpp adds Gemma 4's BOS whatever the metadata says.
+    add_bos |= spm_bpe;
     let add_eos = g
         .opt("tokenizer.ggml.add_eos_token", Gguf::get_bool)?
         .unwrap_or(false);
@@ -482,6 +527,7 @@ pub(super) fn from_gguf(g: &Gguf) -> Result<Tokenizer> {
         add_eos,
         add_space_prefix,
         ignore_merges,
+        spm_bpe,
         clean_spaces,
         warnings,
     })
@@ -498,6 +544,7 @@ mod tests {
             "llama-bpe",
             "dbrx",
             "deepseek-coder",
+            "deepseek-llm",
             "deepseek-v3",
             "falcon",
             "starcoder",
@@ -507,6 +554,7 @@ mod tests {
             "qwen2",
             "stablelm2",
             "qwen35",
+            "gemma4",
             "seed-coder",
             "bailingmoe",
             "minicpm5",

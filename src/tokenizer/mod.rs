@@ -66,6 +66,11 @@ pub struct Tokenizer {
     add_eos: bool,
     add_space_prefix: bool,
     ignore_merges: bool,
+    /// SentencePiece-style BPE (Gemma 4, llama.cpp's `escape_whitespaces` without
+    /// `byte_encode`): spaces become `▁` before the pre-tokenizer, words stay plain UTF-8, a run
+    /// of newlines that is a token is taken whole, and text no merge covers falls back to
+    /// `<0xNN>` byte tokens.
+    spm_bpe: bool,
     clean_spaces: bool,
     warnings: Vec<String>,
 }
@@ -193,6 +198,9 @@ impl Tokenizer {
 
     fn bpe_tokenize(&self, text: &str, out: &mut Vec<u32>) {
         let Some(pre) = &self.pre else { return };
+        if self.spm_bpe {
+            return self.spm_bpe_tokenize(pre, text, out);
+        }
         let byte_map = unicode::byte_to_char();
         let mut word = String::new();
         for w in pre.split(text) {
@@ -216,6 +224,26 @@ impl Tokenizer {
                     if let Some(id) = self.vocab.id(char::from(b).encode_utf8(&mut one)) {
                         out.push(id);
                     }
+                }
+            }
+        }
+    }
+
+    fn spm_bpe_tokenize(&self, pre: &pretok::PreTokenizer, text: &str, out: &mut Vec<u32>) {
+        let text = text.replace(' ', "▁");
+        for w in pre.split(&text) {
+            let whole = self.ignore_merges || w.bytes().all(|b| b == b'\n');
+            if let Some(id) = whole.then(|| self.vocab.id(&w)).flatten() {
+                out.push(id);
+                continue;
+            }
+            for sym in merge::bpe_merge(&w, &self.merges) {
+                if let Some(id) = self.vocab.id(sym) {
+                    out.push(id);
+                    continue;
+                }
+                for b in sym.bytes() {
+                    out.extend(self.vocab.id(&format!("<0x{b:02X}>")));
                 }
             }
         }
@@ -295,6 +323,7 @@ impl Tokenizer {
         if a & attr::NORMAL != 0 {
             return match self.kind {
                 Kind::Spm => text.replace('▁', " ").into_bytes(),
+                Kind::Bpe if self.spm_bpe => text.replace('▁', " ").into_bytes(),
                 Kind::Bpe => {
                     let mut out = Vec::with_capacity(text.len());
                     for c in text.chars() {
