@@ -66,7 +66,11 @@ fn ids(v: &Value) -> Vec<u32> {
 fn gemma_texts_match_llama_cpp() {
     let Some(t) = gemma() else { return };
     let lines = reference("tokenize.jsonl");
-    assert!(lines.len() >= 9 + 40 + 1, "{} lines", lines.len());
+    assert_eq!(
+        lines.len(),
+        9 + 46 + 1,
+        "9 prompts, 46 strings, ppl_text.txt"
+    );
     let mut failed = 0;
     for v in &lines {
         let text = v["text"].as_str().unwrap();
