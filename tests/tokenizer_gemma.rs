@@ -2,45 +2,24 @@
 //! fallback) against llama.cpp: `tests/data/reference/gemma-3-270m/tokenize.jsonl` (prompts,
 //! llama.cpp's SPM test strings, the perplexity text) and the prompt ids of its `greedy.jsonl`.
 //!
-//! The model is found through `MEMWALL_GEMMA3`, else `~/.cache/memwall/gemma-3-270m-q4_k_m.gguf`.
-//! When it is missing the tests print a note and pass, unless `MEMWALL_REQUIRE_MODELS=1`.
+//! The model is found through `MEMWALL_GEMMA3`, else `~/.cache/memwall/gemma-3-270m-q4_k_m.gguf`
+//! (`scripts/fetch-models.sh gemma3-270m`); a missing model fails the tests.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use memwall::gguf::Gguf;
 use memwall::tokenizer::Tokenizer;
 use serde_json::Value;
 
-#[path = "common/shared.rs"]
-mod shared_data;
-use shared_data::shared_path;
+mod common;
+use common::shared_path;
 
-fn gemma_path() -> Option<PathBuf> {
-    let path = match std::env::var_os("MEMWALL_GEMMA3") {
-        Some(p) => PathBuf::from(p),
-        None => PathBuf::from(std::env::var("HOME").expect("HOME"))
-            .join(".cache/memwall/gemma-3-270m-q4_k_m.gguf"),
-    };
-    if path.exists() {
-        return Some(path);
-    }
-    let msg = format!(
-        "Gemma 3 270M not found at {} (set MEMWALL_GEMMA3 to the gemma-3-270m-q4_k_m.gguf file)",
-        path.display()
-    );
-    if std::env::var("MEMWALL_REQUIRE_MODELS").as_deref() == Ok("1") {
-        panic!("{msg}; MEMWALL_REQUIRE_MODELS=1 requires it");
-    }
-    eprintln!("note: {msg}; test skipped");
-    None
-}
-
-fn gemma() -> Option<Tokenizer> {
-    let g = Gguf::open(gemma_path()?).expect("Gemma 3 file does not open");
+fn gemma() -> Tokenizer {
+    let g = Gguf::open(common::gemma3_path()).expect("Gemma 3 file does not open");
     let t = Tokenizer::from_gguf(&g).unwrap();
     assert!(t.warnings().is_empty(), "{:?}", t.warnings());
-    Some(t)
+    t
 }
 
 fn reference(name: &str) -> Vec<Value> {
@@ -64,7 +43,7 @@ fn ids(v: &Value) -> Vec<u32> {
 
 #[test]
 fn gemma_texts_match_llama_cpp() {
-    let Some(t) = gemma() else { return };
+    let t = gemma();
     let lines = reference("tokenize.jsonl");
     assert_eq!(
         lines.len(),
@@ -93,7 +72,7 @@ fn gemma_texts_match_llama_cpp() {
 
 #[test]
 fn gemma_prompt_ids_match_greedy_reference() {
-    let Some(t) = gemma() else { return };
+    let t = gemma();
     let lines = reference("greedy.jsonl");
     assert_eq!(lines.len(), 9);
     for v in &lines {
@@ -108,7 +87,7 @@ fn gemma_prompt_ids_match_greedy_reference() {
 
 #[test]
 fn gemma_special_tokens() {
-    let Some(t) = gemma() else { return };
+    let t = gemma();
     assert_eq!(t.n_vocab(), 262_144);
     assert!(t.add_bos());
     assert_eq!(t.bos(), t.id_of("<bos>"));
@@ -132,7 +111,7 @@ fn gemma_special_tokens() {
 
 #[test]
 fn gemma_load_and_encode_are_fast() {
-    let Some(path) = gemma_path() else { return };
+    let path = common::gemma3_path();
     let start = Instant::now();
     let g = Gguf::open(&path).unwrap();
     let open = start.elapsed();

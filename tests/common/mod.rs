@@ -30,6 +30,32 @@ pub fn model_path() -> PathBuf {
     p
 }
 
+/// Gemma 3 270M Q4_K_M (`scripts/fetch-models.sh gemma3-270m`): `MEMWALL_GEMMA3`, else the
+/// cache path. Panics (fails the test) when missing.
+pub fn gemma3_path() -> PathBuf {
+    let p = std::env::var_os("MEMWALL_GEMMA3")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            let home = std::env::var_os("HOME").expect("HOME is not set");
+            PathBuf::from(home).join(".cache/memwall/gemma-3-270m-q4_k_m.gguf")
+        });
+    assert!(
+        p.is_file(),
+        "Gemma 3 270M missing at {} (scripts/fetch-models.sh gemma3-270m fetches it; \
+         MEMWALL_GEMMA3 names another path)",
+        p.display()
+    );
+    p
+}
+
+/// The reference files made with llama.cpp for a real model other than the test model:
+/// `tests/data/reference/<name>/`.
+pub fn model_reference(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data/reference")
+        .join(name)
+}
+
 /// f16 bits of 1.0.
 pub const F16_ONE: [u8; 2] = [0x00, 0x3c];
 
