@@ -8,7 +8,9 @@
 
 mod common;
 
-use common::kv::{greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch};
+use common::kv::{
+    greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch, GEMMA3_WINDOW,
+};
 use memwall::config::RopeKind;
 use memwall::engine::ctx_shift::{CtxOverflow, KvShift};
 use memwall::engine::StopReason;
@@ -18,7 +20,12 @@ use memwall::Error;
 /// Fills every layer's cache with keys RoPE-rotated at positions 0..n_pos, shifts, and holds
 /// the result to keys rotated from scratch at the new positions (values moved unchanged).
 fn shift_matches_rope_at_new_positions(gpu: bool) {
-    for path in [synth_model(2, 11), synth_model_arch(2, 11, "qwen2")] {
+    // gemma3's blocks 0 and 5 are local and global: each re-rotates with its own base.
+    for path in [
+        synth_model(2, 11),
+        synth_model_arch(2, 11, "qwen2"),
+        synth_model_arch(6, 11, "gemma3"),
+    ] {
         shift_matches_rope_on(&path, gpu);
     }
 }
@@ -29,7 +36,9 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
     let mut s = model.session(64).unwrap();
     let (n_pos, keep, discard) = (40, 3, 11);
     let kv_dim = cfg.kv_dim();
-    let rope = |x: &mut [f32], n: usize, pos0: usize| {
+    // Block l's RoPE (its own base in a sliding-window block).
+    let rope = |l: usize, x: &mut [f32], n: usize, pos0: usize| {
+        let (base, scale) = cfg.rope_of(l);
         memwall::cpu::rope_tokens(
             x,
             n,
@@ -37,8 +46,8 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
             cfg.head_dim,
             cfg.n_rot,
             pos0,
-            cfg.rope_base,
-            cfg.rope_freq_scale,
+            base,
+            scale,
             cfg.rope_kind == RopeKind::Neox,
         )
         .unwrap()
@@ -55,7 +64,7 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
         let base = unit(100 + l as u64, n_pos * kv_dim);
         let v = unit(200 + l as u64, n_pos * kv_dim);
         let mut k = base.clone();
-        rope(&mut k, n_pos, 0);
+        rope(l, &mut k, n_pos, 0);
         s.exec_mut().write_layer_kv(l, &k, &v).unwrap();
         bases.push((base, k, v));
     }
@@ -78,7 +87,7 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
             .unwrap();
         let mut want_k = k_in[..keep * kv_dim].to_vec();
         let mut moved = base[(keep + discard) * kv_dim..].to_vec();
-        rope(&mut moved, n_new - keep, keep);
+        rope(l, &mut moved, n_new - keep, keep);
         want_k.extend_from_slice(&moved);
         let mut want_v = v_in[..keep * kv_dim].to_vec();
         want_v.extend_from_slice(&v_in[(keep + discard) * kv_dim..]);
@@ -103,16 +112,21 @@ fn gpu_shift_re_rotates_keys_to_their_new_positions() {
 
 /// A one-block model's cache rows depend on their token and position only, so after a shift
 /// the next token's logits must equal those of the kept tokens evaluated from scratch. Run
-/// with llama's RoPE and with qwen2's (NeoX).
+/// with llama's RoPE, qwen2's (NeoX) and gemma3's (a sliding-window block: the window moves
+/// with the positions).
 fn shift_equals_recompute(gpu: bool) {
     let llama = synth_model(1, 5);
     let qwen2 = synth_model_arch(1, 5, "qwen2");
-    for path in [llama, qwen2] {
+    let gemma3 = synth_model_arch(1, 5, "gemma3");
+    for path in [llama, qwen2, gemma3] {
         let model = load(&path, gpu, false);
         assert_eq!(
             model.config().rope_kind == RopeKind::Neox,
-            model.config().arch == "qwen2"
+            model.config().arch != "llama"
         );
+        if model.config().arch == "gemma3" {
+            assert_eq!(model.config().window(0), Some(GEMMA3_WINDOW as usize));
+        }
         shift_equals_recompute_on(&model, gpu);
     }
 }

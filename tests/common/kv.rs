@@ -24,7 +24,13 @@ pub fn synth_model(n_layer: usize, seed: u64) -> PathBuf {
     path
 }
 
+/// The sliding window of [`synth_model_arch`]'s gemma3 files: shorter than the tests' contexts.
+pub const GEMMA3_WINDOW: u32 = 6;
+
 /// `synth_model` as architecture `arch` (e.g. "qwen2": NeoX RoPE), the metadata keys renamed.
+/// "gemma3" also gets its norm tensors (per-head Q/K, post-attention, post-FFN; weights near 1)
+/// and a sliding window of [`GEMMA3_WINDOW`] positions (blocks 0-4 of every 6 local, RoPE base
+/// 10000 there; the file's base, set to 1e6, in the others).
 pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     let llama = synth_model(n_layer, seed);
     let path = llama.with_file_name(format!(
@@ -38,6 +44,8 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
         for (k, v) in w.metadata_pairs() {
             let v = if k == "general.architecture" {
                 memwall::gguf::Value::String(arch.into())
+            } else if arch == "gemma3" && k == "llama.rope.freq_base" {
+                memwall::gguf::Value::F32(1e6)
             } else {
                 v.clone()
             };
@@ -47,8 +55,40 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
             };
             out = out.metadata(k, v);
         }
+        let mut n_embd = 0;
         for t in w.tensors() {
+            if t.name == "blk.0.attn_norm.weight" {
+                n_embd = t.dims[0];
+            }
             out = out.tensor(t.name.clone(), t.ty, &t.dims, t.data.clone());
+        }
+        if arch == "gemma3" {
+            let n_head = w
+                .metadata_pairs()
+                .iter()
+                .find(|(k, _)| k == "llama.attention.head_count")
+                .and_then(|(_, v)| v.as_i128())
+                .unwrap() as u64;
+            let head_dim = n_embd / n_head;
+            out = out.metadata(
+                "gemma3.attention.sliding_window",
+                memwall::gguf::Value::U32(GEMMA3_WINDOW),
+            );
+            let near_one = |n: u64, salt: u64| -> Vec<f32> {
+                (0..n)
+                    .map(|i| 1.0 + ((i * 7 + salt * 13) % 11) as f32 / 50.0 - 0.1)
+                    .collect()
+            };
+            for l in 0..n_layer as u64 {
+                for (name, n) in [
+                    ("attn_q_norm", head_dim),
+                    ("attn_k_norm", head_dim),
+                    ("post_attention_norm", n_embd),
+                    ("post_ffw_norm", n_embd),
+                ] {
+                    out = out.tensor_f32(format!("blk.{l}.{name}.weight"), &[n], &near_one(n, l));
+                }
+            }
         }
         out.write_to(&path).unwrap();
     }
