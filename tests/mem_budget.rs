@@ -61,18 +61,28 @@ fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
     for no_repack in [false, true] {
         let mut streamed = Vec::new();
         for io in [None, Some(IoMode::DropBehind)] {
-            // The minimum and about a quarter of the blocks' 96 MB: the rest stream.
-            let budget = minimum_now(no_repack) + (24 << 20);
-            let m = load(&opts(budget, io, no_repack));
-            let r = m
-                .memory()
-                .expect("a memory plan on the CPU")
-                .residency
-                .clone();
-            let n_streamed = r.resident.iter().filter(|&&x| !x).count();
+            // The minimum and about a quarter of the blocks' 96 MB: the rest stream. The
+            // minimum counts what the process holds when it is measured, which the pages the
+            // previous loads freed can still move by more than the 24 MB margin before the
+            // load: up to three measurements, each followed by its load.
+            let mut tries = Vec::new();
+            let (budget, m, r, n_streamed) = loop {
+                let budget = minimum_now(no_repack) + (24 << 20);
+                let m = load(&opts(budget, io, no_repack));
+                let r = m
+                    .memory()
+                    .expect("a memory plan on the CPU")
+                    .residency
+                    .clone();
+                let n_streamed = r.resident.iter().filter(|&&x| !x).count();
+                tries.push((n_streamed, budget));
+                if (n_streamed > 10 && n_streamed < 30) || tries.len() == 3 {
+                    break (budget, m, r, n_streamed);
+                }
+            };
             assert!(
                 n_streamed > 10 && n_streamed < 30,
-                "{n_streamed} of 30 blocks stream at {budget} bytes"
+                "(blocks streamed of 30, budget in bytes) of each try: {tries:?}"
             );
             assert!(r.planned_bytes <= budget, "{r:?}");
             streamed.push((io, logits(&m)));
