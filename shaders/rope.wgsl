@@ -1,7 +1,7 @@
 // Rotary position embedding in place (twin of kernels-ref's ops::rope), for n_tokens tokens at
 // positions pos0, pos0 + 1, ... Standalone module (no reduction fragment).
 // One invocation per rotated pair (token, head, i); 2-D dispatch as in matvec.wgsl.
-// One launch rotates the queries and the keys (issue 5: one launch fewer per layer): the
+// One launch rotates the queries and the keys (one launch fewer per layer): the
 // pairs of x come first, then those of x2 ([n_tokens, n_heads2, head_dim], same positions);
 // n_heads2 = 0 rotates x alone.
 
@@ -21,6 +21,11 @@ struct RopeParams {
     groups_x: u32,
     // heads of x2 (0: none)
     n_heads2: u32,
+    // multiplies cos and sin (LongRoPE's attention factor; 1 for most models)
+    mscale: f32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 // [n_tokens, n_heads, head_dim]
@@ -70,8 +75,8 @@ fn main(
     // Reduce to about [-pi, pi]: sin/cos precision is only specified on that range.
     let k = round(theta * INV_TAU);
     let r = (theta - k * TAU_HI) - k * TAU_LO;
-    let s = sin(r);
-    let c = cos(r);
+    let s = sin(r) * P.mscale;
+    let c = cos(r) * P.mscale;
     if (second) {
         let a = x2[ia];
         let b = x2[ib];

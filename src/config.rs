@@ -1,7 +1,7 @@
 //! Model hyper-parameters read from GGUF metadata (`<arch>.*` keys), for the llama family:
 //! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE), gemma3
-//! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers) and others that
-//! share the shape. One forward pass reads these differences; there is no copy of the model per
+//! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers), phi3 (fused QKV and
+//! gate/up tensors, partial rotary, LongRoPE) and others that share the shape. One forward pass reads these differences; there is no copy of the model per
 //! architecture.
 
 use crate::error::{Error, Result};
@@ -44,6 +44,20 @@ pub struct SlidingWindow {
     pub rope_base: f32,
 }
 
+/// Phi-3's LongRoPE: two sets of per-pair frequency factors, the long ones for contexts past
+/// the length the model was first trained at (llama.cpp's `llama_model::get_rope_factors` in
+/// src/llama-model.cpp picks `rope_long` when `n_ctx_seq > n_ctx_orig_yarn`, else
+/// `rope_short`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LongRope {
+    /// `[n_rot / 2]` (`rope_factors_short.weight`).
+    pub short: Vec<f32>,
+    /// `[n_rot / 2]` (`rope_factors_long.weight`).
+    pub long: Vec<f32>,
+    /// `<arch>.rope.scaling.original_context_length` (else the training context).
+    pub orig_ctx: usize,
+}
+
 /// Hyper-parameters of a llama-shaped decoder.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -65,6 +79,14 @@ pub struct Config {
     /// `rope_freqs.weight`; ggml's `ggml_rope_cache_init` in ggml/src/ggml-cpu/ops.cpp passes
     /// `theta / ff` to `rope_yarn`).
     pub rope_freq_factors: Option<Vec<f32>>,
+    /// Phi-3's long and short factors, of which `rope_factors(n_ctx)` picks one; when set,
+    /// `rope_freq_factors` holds the short ones.
+    pub long_rope: Option<LongRope>,
+    /// Multiplies the rotated dimensions of Q and K after RoPE (`rope.scaling.attn_factor`,
+    /// LongRoPE's sqrt(1 + ln(s) / ln(n_orig)) as llama.cpp's converter writes it, conversion/
+    /// phi.py): ggml's `rope_yarn` multiplies cos and sin by this `mscale` (with YaRN's
+    /// extrapolation off, as for phi3), so the dimensions past `n_rot` keep their scale.
+    pub rope_attn_factor: f32,
     /// Dimensions of each head that RoPE rotates.
     pub n_rot: usize,
     pub rope_kind: RopeKind,
@@ -107,6 +129,7 @@ const SUPPORTED: &[(&str, RopeKind)] = &[
     ("qwen3", RopeKind::Neox),
     ("smollm3", RopeKind::Normal),
     ("gemma3", RopeKind::Neox),
+    ("phi3", RopeKind::Neox),
 ];
 
 /// Gemma 3's local/global interleave when the file gives none: llama.cpp's
@@ -185,7 +208,9 @@ impl Config {
         let emb = g.require_tensor("token_embd.weight")?;
         let n_vocab = emb.n_rows() as usize;
         let tied_embeddings = g.tensor("output.weight").is_none();
-        let qkv_bias = g.tensor("blk.0.attn_q.bias").is_some();
+        // A fused bias (`attn_qkv.bias`) is split with its weight by `unfuse`.
+        let qkv_bias =
+            g.tensor("blk.0.attn_q.bias").is_some() || g.tensor("blk.0.attn_qkv.bias").is_some();
         let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
         let no_rope_layer_step = (arch == "smollm3").then_some(4);
         let rope_freq_factors = match g.tensor("rope_freqs.weight") {
@@ -196,35 +221,44 @@ impl Config {
                 )))
             }
             None => None,
-            Some(t) => {
-                let n = t.n_elements as usize;
-                if t.dims.len() != 1 || n != n_rot / 2 {
-                    return Err(Error::Tensor {
-                        name: t.name.clone(),
-                        msg: format!(
-                            "dimensions {:?}, expected [{}] (half the {n_rot} rotated dimensions)",
-                            t.dims,
-                            n_rot / 2
-                        ),
-                    });
-                }
-                let f = kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), n).map_err(|e| {
-                    Error::Tensor {
-                        name: t.name.clone(),
-                        msg: e.to_string(),
-                    }
-                })?;
-                if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
-                    return Err(Error::Tensor {
-                        name: t.name.clone(),
-                        msg: format!("frequency factor {bad} is not a positive number"),
-                    });
-                }
-                Some(f)
-            }
+            Some(t) => Some(factors(g, t, n_rot)?),
         };
 
+        let long_rope =
+            match (
+                g.tensor("rope_factors_long.weight"),
+                g.tensor("rope_factors_short.weight"),
+            ) {
+                (None, None) => None,
+                (Some(long), Some(short)) => Some(LongRope {
+                    short: factors(g, short, n_rot)?,
+                    long: factors(g, long, n_rot)?,
+                    orig_ctx: g
+                        .opt(&key("rope.scaling.original_context_length"), Gguf::get_u32)?
+                        .map_or(n_ctx_train, |v| v as usize),
+                }),
+                (Some(_), None) | (None, Some(_)) => return Err(Error::Config(
+                    "LongRoPE needs both rope_factors_long.weight and rope_factors_short.weight"
+                        .into(),
+                )),
+            };
+        if long_rope.is_some() && rope_freq_factors.is_some() {
+            return Err(Error::Config(
+                "both rope_freqs.weight and LongRoPE factors are present".into(),
+            ));
+        }
+        let rope_freq_factors = match &long_rope {
+            Some(lr) => Some(lr.short.clone()),
+            None => rope_freq_factors,
+        };
+        let rope_attn_factor = g
+            .opt(&key("rope.scaling.attn_factor"), Gguf::get_f32)?
+            .unwrap_or(1.0);
+
         let gemma3 = arch == "gemma3";
+        // gemma3 only: phi3 files state a window too, but llama.cpp runs them with global
+        // attention (src/models/phi3.cpp, `load_arch_hparams`: "Phi SWA is currently disabled",
+        // `swa_type = LLAMA_SWA_TYPE_NONE`), and agreeing with it is the goal.
         let sliding_window = match g.opt(&key("attention.sliding_window"), Gguf::get_u32)? {
             Some(size) if gemma3 && size > 0 => Some(SlidingWindow {
                 size: size as usize,
@@ -259,6 +293,8 @@ impl Config {
             rope_base,
             rope_freq_scale,
             rope_freq_factors,
+            long_rope,
+            rope_attn_factor,
             n_rot,
             rope_kind,
             tied_embeddings,
@@ -303,6 +339,12 @@ impl Config {
         }
         if !(self.rms_eps.is_finite() && self.rms_eps >= 0.0) {
             return bad(format!("RMS norm epsilon {} is not valid", self.rms_eps));
+        }
+        if !(self.rope_attn_factor.is_finite() && self.rope_attn_factor > 0.0) {
+            return bad(format!(
+                "RoPE attention factor {} is not a positive number",
+                self.rope_attn_factor
+            ));
         }
         if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
             return bad(format!("RoPE base {} is not valid", self.rope_base));
@@ -362,13 +404,30 @@ impl Config {
             "RoPE: {pairs}, {} of {} dims, base {}, position scale {}",
             self.n_rot, self.head_dim, self.rope_base, self.rope_freq_scale
         ));
-        if let Some(f) = &self.rope_freq_factors {
-            let (lo, hi) = f
-                .iter()
-                .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)));
+        let range = |f: &[f32]| {
+            f.iter()
+                .fold((f32::MAX, f32::MIN), |(a, b), &v| (a.min(v), b.max(v)))
+        };
+        if let (Some(f), None) = (&self.rope_freq_factors, &self.long_rope) {
+            let (lo, hi) = range(f);
             d.push(format!(
                 "RoPE frequency factors per pair (rope_freqs.weight, llama3): {} from {lo} to {hi}",
                 f.len()
+            ));
+        }
+        if let Some(lr) = &self.long_rope {
+            let ((sl, sh), (ll, lh)) = (range(&lr.short), range(&lr.long));
+            d.push(format!(
+                "LongRoPE: {} short factors ({sl} to {sh}) up to a context of {}, long ones \
+                 ({ll} to {lh}) past it",
+                lr.short.len(),
+                lr.orig_ctx
+            ));
+        }
+        if self.rope_attn_factor != 1.0 {
+            d.push(format!(
+                "rotated Q/K dimensions scaled by {} (rope.scaling.attn_factor)",
+                self.rope_attn_factor
             ));
         }
         if let Some(step) = self.no_rope_layer_step {
@@ -414,6 +473,51 @@ impl Config {
         d
     }
 
+    /// The per-pair RoPE frequency factors for a context of `n_ctx` positions: LongRoPE's long
+    /// ones past its original context, else the file's (short or llama3) ones.
+    pub fn rope_factors(&self, n_ctx: usize) -> Option<&[f32]> {
+        match &self.long_rope {
+            Some(lr) if n_ctx > lr.orig_ctx => Some(&lr.long),
+            _ => self.rope_freq_factors.as_deref(),
+        }
+    }
+
+    /// This configuration as a context of `n_ctx` positions runs it: `rope_freq_factors`
+    /// holds `rope_factors(n_ctx)`.
+    pub fn for_context(&self, n_ctx: usize) -> Config {
+        let mut c = self.clone();
+        c.rope_freq_factors = self.rope_factors(n_ctx).map(<[f32]>::to_vec);
+        c
+    }
+
+    /// Splits the fused projections some files store into the tensors the forward pass
+    /// reads, as views of the same bytes (`Gguf::split_rows`): `attn_qkv` (weight and bias)
+    /// into `attn_q`, `attn_k`, `attn_v` (rows q_dim, kv_dim, kv_dim: llama.cpp's
+    /// `build_qkv` in src/llama-graph.cpp views Q, K and V at those offsets), and phi3's
+    /// `ffn_up` of 2 n_ff rows into `ffn_gate` (the first half) and `ffn_up` (llama.cpp's
+    /// src/models/phi3.cpp builds its FFN with `LLM_FFN_SWIGLU` and no gate tensor, and
+    /// `ggml_swiglu` applies silu to the first half of the row and multiplies by the second).
+    pub fn unfuse(&self, g: &mut Gguf) -> Result<()> {
+        let (q, kv, ff) = (self.q_dim() as u64, self.kv_dim() as u64, self.n_ff as u64);
+        for l in 0..self.n_layer {
+            let p = |s: &str| format!("blk.{l}.{s}");
+            for part in ["weight", "bias"] {
+                let fused = p(&format!("attn_qkv.{part}"));
+                if g.tensor(&fused).is_some() {
+                    let parts = [("attn_q", q), ("attn_k", kv), ("attn_v", kv)]
+                        .map(|(n, r)| (p(&format!("{n}.{part}")), r));
+                    g.split_rows(&fused, &parts)?;
+                }
+            }
+            let up = p("ffn_up.weight");
+            let stacked = g.tensor(&up).is_some_and(|t| t.n_rows() == 2 * ff);
+            if self.arch == "phi3" && stacked && g.tensor(&p("ffn_gate.weight")).is_none() {
+                g.split_rows(&up, &[(p("ffn_gate.weight"), ff), (up.clone(), ff)])?;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether block `l` rotates Q and K (false for smollm3's NoPE blocks).
     pub fn uses_rope(&self, l: usize) -> bool {
         self.no_rope_layer_step
@@ -446,6 +550,39 @@ impl Config {
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
     }
+}
+
+/// A `[n_rot / 2]` table of per-pair RoPE frequency factors, each a positive number.
+fn factors(g: &Gguf, t: &crate::gguf::TensorInfo, n_rot: usize) -> Result<Vec<f32>> {
+    let n = t.n_elements as usize;
+    let err = |msg: String| Error::Tensor {
+        name: t.name.clone(),
+        msg,
+    };
+    if t.dims.len() != 1 || n != n_rot / 2 {
+        return Err(err(format!(
+            "dimensions {:?}, expected [{}] (half the {n_rot} rotated dimensions)",
+            t.dims,
+            n_rot / 2
+        )));
+    }
+    let f =
+        kernels_ref::dequantize_vec(t.ty, g.tensor_data(t), n).map_err(|e| err(e.to_string()))?;
+    if let Some(bad) = f.iter().find(|v| !(v.is_finite() && **v > 0.0)) {
+        return Err(err(format!(
+            "frequency factor {bad} is not a positive number"
+        )));
+    }
+    Ok(f)
+}
+
+/// Opens a model file: its configuration, and the file with its fused projections split into
+/// the tensors the forward pass reads (`Config::unfuse`).
+pub fn open_model(path: impl AsRef<std::path::Path>) -> Result<(Gguf, Config)> {
+    let mut g = Gguf::open(path)?;
+    let c = Config::from_gguf(&g)?;
+    c.unfuse(&mut g)?;
+    Ok((g, c))
 }
 
 /// `[n_layer]` local-layer flags from `key`: an array of bools (one per layer), a period n

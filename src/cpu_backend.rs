@@ -466,7 +466,8 @@ impl Backend for CpuBackend {
             pos0,
             base,
             scale,
-            c.rope_freq_factors.as_deref(),
+            c.rope_factors(self.n_ctx),
+            c.rope_attn_factor,
             c.rope_kind == RopeKind::Neox,
         )
     }

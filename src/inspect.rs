@@ -85,6 +85,19 @@ pub fn inspect(g: &Gguf, out: &mut impl Write) -> io::Result<()> {
             for line in c.differences() {
                 writeln!(out, "  {line}")?;
             }
+            // Fusions of the file that `Config::unfuse` reads as row ranges.
+            if g.tensor("blk.0.attn_qkv.weight").is_some() {
+                writeln!(
+                    out,
+                    "  Q, K and V stored fused (attn_qkv), read as row ranges"
+                )?;
+            }
+            let stacked = g
+                .tensor("blk.0.ffn_up.weight")
+                .is_some_and(|t| t.n_rows() == 2 * c.n_ff as u64);
+            if stacked && g.tensor("blk.0.ffn_gate.weight").is_none() {
+                writeln!(out, "  gate and up stacked in ffn_up, read as row ranges")?;
+            }
         }
         Err(e) => writeln!(out, "\narchitecture: {e}")?,
     }

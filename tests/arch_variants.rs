@@ -4,7 +4,9 @@
 //! head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size
 //! that is not n_embd / n_head (as Qwen3's 128 at width 1024 with 16 heads), gemma3 with its
 //! scaled embedding, post-norms, GeGLU, sliding-window blocks with their own RoPE base and a
-//! final-logit soft-cap; each written with its architecture's metadata keys and tensor names.
+//! final-logit soft-cap, phi3 with fused QKV and gate/up tensors, partial rotary and LongRoPE
+//! (long and short factors, the attention factor); each written with its architecture's
+//! metadata keys and tensor names.
 //! For each, the CPU backend's logits match a forward pass built from kernels-ref alone, in one
 //! batch and token by token, across weight formats; and on the GPU.
 
@@ -28,6 +30,12 @@ const N_LAYER: usize = 2;
 const N_VOCAB: usize = 257;
 /// gemma3's sliding window here: shorter than the test prompts, so it masks.
 const GEMMA3_WINDOW: usize = 5;
+/// phi3's rotated dims per head here (of 16): partial rotary, as Phi-4-mini's 96 of 128.
+const PHI3_N_ROT: usize = 12;
+/// phi3's original context: sessions past it use the long LongRoPE factors.
+const PHI3_ORIG_CTX: usize = 32;
+/// phi3's LongRoPE attention factor (sqrt(1 + ln(32) / ln(4096)), Phi-4-mini's).
+const PHI3_ATTN_FACTOR: f32 = 1.1902;
 
 /// GPT-2's byte-to-unicode map: the vocabulary of a byte-level BPE with no merges.
 /// Roughly N(0, scale²) values, every 97th 6x larger (an outlier now and then).
@@ -95,6 +103,19 @@ impl Variant {
     /// soft-cap low enough to bend the largest of these logits.
     fn gemma3(&self) -> bool {
         self.arch == "gemma3"
+    }
+    /// phi3: fused `attn_qkv` (and bias), gate and up stacked in `ffn_up`, 12 of 16 dims
+    /// rotated, LongRoPE factors spread so that long and short differ at these positions.
+    fn phi3(&self) -> bool {
+        self.arch == "phi3"
+    }
+    fn longrope(&self) -> Option<(Vec<f32>, Vec<f32>)> {
+        self.phi3().then(|| {
+            (
+                vec![1.0, 1.1, 0.3, 2.0, 0.5, 1.4],
+                vec![1.0, 4.0, 0.1, 16.0, 0.05, 9.0],
+            )
+        })
     }
     /// smollm3 needs a fourth block to have a NoPE one, gemma3 a sixth to have a global one.
     fn n_layer(&self) -> usize {
@@ -170,6 +191,23 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             // The logits here reach ~120: a cap of 50 bends the large ones hard.
             .metadata(format!("{a}.final_logit_softcapping"), Value::F32(50.0));
     }
+    if v.phi3() {
+        w = w
+            .metadata(
+                format!("{a}.rope.dimension_count"),
+                Value::U32(PHI3_N_ROT as u32),
+            )
+            .metadata(
+                format!("{a}.rope.scaling.original_context_length"),
+                Value::U32(PHI3_ORIG_CTX as u32),
+            )
+            .metadata(
+                format!("{a}.rope.scaling.attn_factor"),
+                Value::F32(PHI3_ATTN_FACTOR),
+            )
+            // Phi-3-mini's files state a window; llama.cpp runs them with global attention.
+            .metadata(format!("{a}.attention.sliding_window"), Value::U32(4));
+    }
     if v.qwen3() {
         // Qwen3's files state the head size; it is not n_embd / n_head.
         let hd = Value::U32(v.head_dim() as u32);
@@ -204,17 +242,30 @@ fn write_model(v: &Variant, path: &std::path::Path) {
         assert_eq!(f.len(), HEAD_DIM / 2);
         w = w.tensor_f32("rope_freqs.weight", &[f.len() as u64], &f);
     }
+    if let Some((short, long)) = v.longrope() {
+        assert_eq!(short.len(), PHI3_N_ROT / 2);
+        w = w.tensor_f32("rope_factors_long.weight", &[long.len() as u64], &long);
+        w = w.tensor_f32("rope_factors_short.weight", &[short.len() as u64], &short);
+    }
     let (q, kv) = (N_HEAD * v.head_dim(), N_HEAD_KV * v.head_dim());
     for l in 0..v.n_layer() {
         let p = |s: &str| format!("blk.{l}.{s}");
         w = w.tensor_f32(p("attn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
         w = w.tensor_f32(p("ffn_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
-        w = mat(w, p("attn_q.weight"), q, N_EMBD, &mut rng);
-        w = mat(w, p("attn_k.weight"), kv, N_EMBD, &mut rng);
-        w = mat(w, p("attn_v.weight"), kv, N_EMBD, &mut rng);
+        if v.phi3() {
+            w = mat(w, p("attn_qkv.weight"), q + 2 * kv, N_EMBD, &mut rng);
+        } else {
+            w = mat(w, p("attn_q.weight"), q, N_EMBD, &mut rng);
+            w = mat(w, p("attn_k.weight"), kv, N_EMBD, &mut rng);
+            w = mat(w, p("attn_v.weight"), kv, N_EMBD, &mut rng);
+        }
         w = mat(w, p("attn_output.weight"), N_EMBD, q, &mut rng);
-        w = mat(w, p("ffn_gate.weight"), N_FF, N_EMBD, &mut rng);
-        w = mat(w, p("ffn_up.weight"), N_FF, N_EMBD, &mut rng);
+        if v.phi3() {
+            w = mat(w, p("ffn_up.weight"), 2 * N_FF, N_EMBD, &mut rng);
+        } else {
+            w = mat(w, p("ffn_gate.weight"), N_FF, N_EMBD, &mut rng);
+            w = mat(w, p("ffn_up.weight"), N_FF, N_EMBD, &mut rng);
+        }
         w = mat(w, p("ffn_down.weight"), N_EMBD, N_FF, &mut rng);
         if v.qwen3() {
             let hd = v.head_dim();
@@ -237,7 +288,10 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             );
             w = w.tensor_f32(p("post_ffw_norm.weight"), &[N_EMBD as u64], &norm(&mut rng));
         }
-        if v.bias {
+        if v.bias && v.phi3() {
+            let n = q + 2 * kv;
+            w = w.tensor_f32(p("attn_qkv.bias"), &[n as u64], &rand_vec(&mut rng, n, 0.5));
+        } else if v.bias {
             w = w.tensor_f32(p("attn_q.bias"), &[q as u64], &rand_vec(&mut rng, q, 0.5));
             w = w.tensor_f32(p("attn_k.bias"), &[kv as u64], &rand_vec(&mut rng, kv, 0.5));
             w = w.tensor_f32(p("attn_v.bias"), &[kv as u64], &rand_vec(&mut rng, kv, 0.5));
@@ -247,7 +301,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_phi3_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -277,6 +331,10 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
         v("qwen3", true, false, GgmlType::Q8_0),
         v("gemma3", false, false, GgmlType::F32),
         v("gemma3", true, false, GgmlType::Q4_0),
+        v("phi3", false, false, GgmlType::F32),
+        v("phi3", true, false, GgmlType::Q4_0),
+        // A fused bias too (split with its weight).
+        v("phi3", false, true, GgmlType::F16),
     ];
     for v in &variants {
         let v: &Variant = v;
@@ -287,9 +345,22 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
         assert_eq!(c.tied_embeddings, v.tied);
         assert_eq!(c.qkv_bias, v.bias);
         assert_eq!(c.qk_norm, v.qwen3());
-        assert_eq!(c.rope_freq_factors, v.rope_factors());
+        if v.longrope().is_none() {
+            assert_eq!(c.rope_freq_factors, v.rope_factors());
+        }
         assert_eq!(c.head_dim, v.head_dim());
         assert_eq!(c.post_norms, v.gemma3());
+        if let Some((short, long)) = v.longrope() {
+            assert_eq!(c.n_rot, PHI3_N_ROT);
+            assert_eq!(c.rope_factors(PHI3_ORIG_CTX), Some(&short[..]));
+            assert_eq!(c.rope_factors(PHI3_ORIG_CTX + 1), Some(&long[..]));
+            assert_eq!(c.rope_attn_factor, PHI3_ATTN_FACTOR);
+            assert_eq!(
+                c.window(0),
+                None,
+                "phi3's window is not applied (as llama.cpp)"
+            );
+        }
         if v.gemma3() {
             let local: Vec<bool> = (0..6).map(|l| c.window(l).is_some()).collect();
             assert_eq!(local, [true, true, true, true, true, false]);
@@ -302,7 +373,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen & llama!", false, false);
         assert_eq!(ids.len(), 17, "one token per byte with no merges");
-        let want = reference_forward(&g, &c, &ids);
+        let want = reference_forward(&g, &c, &ids, 64);
         let mut s = model.session(64).unwrap();
         let got = s.eval(&ids, Logits::All).unwrap();
         let e = rel_err(&got, &want);
@@ -337,6 +408,18 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_match_the_reference() {
             v.arch,
             v.matrix_type
         );
+        if v.phi3() {
+            // A context within the original length runs with the short factors.
+            let mut s = model.session(PHI3_ORIG_CTX).unwrap();
+            let short = s.eval(&ids, Logits::All).unwrap();
+            let want_short = reference_forward(&g, &c, &ids, PHI3_ORIG_CTX);
+            let e = rel_err(&short, &want_short);
+            assert!(e < tol, "phi3 {}: short factors: {e}", v.matrix_type);
+            assert!(
+                rel_err(&want_short, &want) > 10.0 * tol,
+                "the long and short factors must move these logits"
+            );
+        }
     }
     std::fs::remove_dir_all(&dir).ok();
 }
@@ -400,7 +483,7 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
 /// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
 /// and token by token.
 #[test]
-fn qwen3_llama3_smollm3_gemma3_on_the_gpu_match_the_reference() {
+fn qwen3_llama3_smollm3_gemma3_phi3_on_the_gpu_match_the_reference() {
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
@@ -413,6 +496,8 @@ fn qwen3_llama3_smollm3_gemma3_on_the_gpu_match_the_reference() {
         ("smollm3", GgmlType::F32, false, 5e-3),
         ("gemma3", GgmlType::F32, false, 5e-3),
         ("gemma3", GgmlType::Q8_0, true, 0.12),
+        ("phi3", GgmlType::F32, false, 5e-3),
+        ("phi3", GgmlType::Q8_0, true, 0.12),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
@@ -439,13 +524,15 @@ fn qwen3_llama3_smollm3_gemma3_on_the_gpu_match_the_reference() {
         assert!(model.gpu().is_some(), "--device gpu must not fall back");
         let c = model.config().clone();
         assert_eq!(c.qk_norm, v.qwen3());
-        assert_eq!(c.rope_freq_factors, v.rope_factors());
+        if v.longrope().is_none() {
+            assert_eq!(c.rope_freq_factors, v.rope_factors());
+        }
         assert_eq!(c.uses_rope(3), v.arch != "smollm3");
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model
             .tokenizer()
             .encode("Hi, a model on a GPU", false, false);
-        let want = reference_forward(&g, &c, &ids);
+        let want = reference_forward(&g, &c, &ids, 64);
         let mut s = model.session(64).unwrap();
         let got = s.eval(&ids, Logits::All).unwrap();
         let e = rel_err(&got, &want);

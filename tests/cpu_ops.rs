@@ -117,6 +117,7 @@ fn rope_with_llama3_frequency_factors() {
             base,
             1.0,
             Some(&ff),
+            1.0,
             neox,
         )
         .unwrap();
@@ -163,6 +164,7 @@ fn rope_with_llama3_frequency_factors() {
             base,
             1.0,
             Some(&ff),
+            1.0,
             neox,
         )
         .unwrap();
@@ -187,9 +189,89 @@ fn rope_with_llama3_frequency_factors() {
         base,
         1.0,
         Some(short),
+        1.0,
         false,
     );
     assert!(r.is_err(), "a factor list of the wrong length is an error");
+}
+
+/// Phi-3's rotation: 96 of 128 dims rotated (partial rotary), per-pair LongRoPE factors, and
+/// the attention factor multiplying the rotated values only; a context shift afterwards moves
+/// the angle without scaling twice.
+#[test]
+fn rope_with_longrope_factors_and_attention_factor() {
+    let mut rng = Rng::new(6);
+    let (nh, hd, n_rot, n_tok, pos0, base, mscale) = (3, 128, 96, 4, 700, 10000.0f32, 1.1902);
+    let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32 * 0.7).collect();
+    let x = rng.activations(n_tok * nh * hd);
+    for neox in [false, true] {
+        let rotate = |p0: usize| {
+            let mut y = x.clone();
+            let c = &mut cpu::RopeCache::default();
+            cpu::rope_tokens_cached(
+                c,
+                &mut y,
+                n_tok,
+                nh,
+                hd,
+                n_rot,
+                p0,
+                base,
+                1.0,
+                Some(&ff),
+                mscale,
+                neox,
+            )
+            .unwrap();
+            y
+        };
+        let got = rotate(pos0);
+        for t in 0..n_tok {
+            let mut want = x[t * nh * hd..(t + 1) * nh * hd].to_vec();
+            let p = pos0 + t;
+            kernels_ref::rope_scaled(
+                &mut want,
+                nh,
+                hd,
+                n_rot,
+                p,
+                base,
+                1.0,
+                Some(&ff),
+                mscale,
+                neox,
+            );
+            let g = &got[t * nh * hd..(t + 1) * nh * hd];
+            assert_close(
+                g,
+                &wide(&want),
+                1e-6,
+                &format!("longrope neox={neox} t={t}"),
+            );
+            // The dims past n_rot are untouched by both.
+            for h in 0..nh {
+                let (a, b) = (h * hd + n_rot, (h + 1) * hd);
+                assert_eq!(g[a..b], x[t * nh * hd + a..t * nh * hd + b]);
+            }
+        }
+        let mut shifted = got.clone();
+        let delta = 300;
+        cpu::rope_shift(
+            &mut shifted,
+            n_tok,
+            nh,
+            hd,
+            n_rot,
+            -delta,
+            base,
+            1.0,
+            Some(&ff),
+            neox,
+        )
+        .unwrap();
+        let direct = rotate(pos0 - delta as usize);
+        assert_close(&shifted, &wide(&direct), 1e-5, "shift keeps the scale");
+    }
 }
 
 #[test]

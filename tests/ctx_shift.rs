@@ -10,6 +10,7 @@ mod common;
 
 use common::kv::{
     greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch, GEMMA3_WINDOW,
+    PHI3_ORIG_CTX,
 };
 use memwall::config::RopeKind;
 use memwall::engine::ctx_shift::{CtxOverflow, KvShift};
@@ -25,6 +26,7 @@ fn shift_matches_rope_at_new_positions(gpu: bool) {
         synth_model(2, 11),
         synth_model_arch(2, 11, "qwen2"),
         synth_model_arch(6, 11, "gemma3"),
+        synth_model_arch(2, 11, "phi3"),
     ] {
         shift_matches_rope_on(&path, gpu);
     }
@@ -36,10 +38,12 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
     let mut s = model.session(64).unwrap();
     let (n_pos, keep, discard) = (40, 3, 11);
     let kv_dim = cfg.kv_dim();
-    // Block l's RoPE (its own base in a sliding-window block).
+    // Block l's RoPE (its own base in a sliding-window block; phi3's LongRoPE factors for
+    // this context and its attention factor).
     let rope = |l: usize, x: &mut [f32], n: usize, pos0: usize| {
         let (base, scale) = cfg.rope_of(l);
-        memwall::cpu::rope_tokens(
+        memwall::cpu::rope_tokens_cached(
+            &mut memwall::cpu::RopeCache::default(),
             x,
             n,
             cfg.n_head_kv,
@@ -48,6 +52,8 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
             pos0,
             base,
             scale,
+            cfg.rope_factors(64),
+            cfg.rope_attn_factor,
             cfg.rope_kind == RopeKind::Neox,
         )
         .unwrap()
@@ -112,13 +118,15 @@ fn gpu_shift_re_rotates_keys_to_their_new_positions() {
 
 /// A one-block model's cache rows depend on their token and position only, so after a shift
 /// the next token's logits must equal those of the kept tokens evaluated from scratch. Run
-/// with llama's RoPE, qwen2's (NeoX) and gemma3's (a sliding-window block: the window moves
-/// with the positions).
+/// with llama's RoPE, qwen2's (NeoX), gemma3's (a sliding-window block: the window moves
+/// with the positions) and phi3's (partial rotary, LongRoPE factors, an attention factor the
+/// shift must not apply twice).
 fn shift_equals_recompute(gpu: bool) {
     let llama = synth_model(1, 5);
     let qwen2 = synth_model_arch(1, 5, "qwen2");
     let gemma3 = synth_model_arch(1, 5, "gemma3");
-    for path in [llama, qwen2, gemma3] {
+    let phi3 = synth_model_arch(1, 5, "phi3");
+    for path in [llama, qwen2, gemma3, phi3] {
         let model = load(&path, gpu, false);
         assert_eq!(
             model.config().rope_kind == RopeKind::Neox,
@@ -126,6 +134,14 @@ fn shift_equals_recompute(gpu: bool) {
         );
         if model.config().arch == "gemma3" {
             assert_eq!(model.config().window(0), Some(GEMMA3_WINDOW as usize));
+        }
+        if model.config().arch == "phi3" {
+            let c = model.config();
+            assert!(c.n_rot < c.head_dim && c.rope_attn_factor != 1.0);
+            assert_eq!(
+                c.long_rope.as_ref().unwrap().orig_ctx,
+                PHI3_ORIG_CTX as usize
+            );
         }
         shift_equals_recompute_on(&model, gpu);
     }

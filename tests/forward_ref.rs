@@ -21,7 +21,7 @@ fn cpu_forward_matches_the_reference_forward() {
         .tokenizer()
         .encode("The capital of France is", true, true);
     let n = ids.len();
-    let want = reference_forward(&g, &c, &ids);
+    let want = reference_forward(&g, &c, &ids, 64);
 
     // One batch.
     let mut s = model.session(64).unwrap();

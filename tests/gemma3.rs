@@ -56,7 +56,7 @@ fn greedy_reference() -> std::path::PathBuf {
 fn check_greedy(m: &Arc<Model>) {
     let g = Gguf::open(common::gemma3_path()).unwrap();
     let c = m.config().clone();
-    let exact = |ids: &[u32]| common::reference_forward(&g, &c, ids);
+    let exact = |ids: &[u32]| common::reference_forward(&g, &c, ids, 0);
     common::agreement::check_greedy_file(m, &greedy_reference(), 9, Some(&exact));
 }
 

@@ -78,16 +78,20 @@ fn worst(got: &[f32], want: &[f32], tol: impl Fn(usize) -> f64) -> (usize, f64, 
 fn rope_matches_kernels_ref() {
     let ctx = context();
     let ks = kernel_sets(&ctx, 9);
-    // (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale): the test model's 64-dim heads,
-    // partial rotation, odd head counts, positions near 4000, a scaled context.
+    // (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, mscale): the test model's 64-dim
+    // heads, partial rotation, odd head counts, positions near 4000, a scaled context, and
+    // phi3's partial rotation with LongRoPE's attention factor.
     let cases = [
-        (3usize, 9usize, 64usize, 64usize, 0usize, 10000.0f32, 1.0f32),
-        (5, 3, 64, 64, 3990, 100000.0, 1.0),
-        (2, 7, 80, 34, 4001, 10000.0, 1.0),
-        (4, 1, 6, 2, 17, 10000.0, 0.25),
-        (7, 5, 128, 96, 2047, 500000.0, 0.5),
+        (
+            3usize, 9usize, 64usize, 64usize, 0usize, 10000.0f32, 1.0f32, 1.0f32,
+        ),
+        (5, 3, 64, 64, 3990, 100000.0, 1.0, 1.0),
+        (2, 7, 80, 34, 4001, 10000.0, 1.0, 1.0),
+        (4, 1, 6, 2, 17, 10000.0, 0.25, 1.0),
+        (7, 5, 128, 96, 2047, 500000.0, 0.5, 1.0),
+        (3, 6, 128, 96, 900, 10000.0, 1.0, 1.1902),
     ];
-    for (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale) in cases {
+    for (n_tokens, n_heads, head_dim, n_rot, pos0, base, scale, mscale) in cases {
         for neox in [false, true] {
             let cfg = RopeConfig {
                 n_heads,
@@ -96,13 +100,17 @@ fn rope_matches_kernels_ref() {
                 freq_base: base,
                 freq_scale: scale,
                 neox,
+                mscale,
             };
             let n = n_tokens * n_heads * head_dim;
             let mut rng = Rng(0x0a0e ^ (n * 31 + pos0) as u64);
             let x = rng.values(n, 2.0);
             let mut want = x.clone();
             for (t, tok) in want.chunks_exact_mut(n_heads * head_dim).enumerate() {
-                kernels_ref::rope(tok, n_heads, head_dim, n_rot, pos0 + t, base, scale, neox);
+                let p = pos0 + t;
+                kernels_ref::rope_scaled(
+                    tok, n_heads, head_dim, n_rot, p, base, scale, None, mscale, neox,
+                );
             }
             // Tolerance for element j of pair (a, b) at angle theta = pos * f_i: the shader's
             // f_i is the f32 rounding of the exact frequency (relative error u) and pos * f_i
@@ -132,7 +140,8 @@ fn rope_matches_kernels_ref() {
                 let angle = 2.0 * U * theta
                     + 4.0 * U * (std::f64::consts::PI + 1.0)
                     + 1.0 / (1u64 << 21) as f64;
-                (angle + 4.0 * U) * ab + f64::MIN_POSITIVE
+                // mscale multiplies the error and adds one rounding of cos and sin.
+                (angle + 5.0 * U) * ab * f64::from(mscale) + f64::MIN_POSITIVE
             };
             for k in &ks {
                 let xb = kernels::upload_f32(&ctx, "x", &poisoned(&x)).unwrap();
@@ -371,6 +380,7 @@ fn undersized_buffers_are_errors() {
         freq_base: 10000.0,
         freq_scale: 1.0,
         neox: false,
+        mscale: 1.0,
     };
     assert!(ks.rope(&ctx, &b, &cfg, 2, 0).is_err());
     assert!(ks

@@ -100,7 +100,7 @@ pub fn rope_tokens(
 ) -> Result<()> {
     let cache = &mut RopeCache::default();
     rope_tokens_cached(
-        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, None, neox,
+        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, None, 1.0, neox,
     )
 }
 
@@ -162,8 +162,9 @@ fn rope_span(
     check_rope(x, g)?;
     check_factors(factors, g.n_rot)?;
     let mut table = Vec::new();
+    // A shift composes a rotation with keys already scaled: no mscale again.
     rope_table(
-        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale, factors,
+        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale, factors, 1.0,
     );
     rope_apply(x, g, &table, neox);
     Ok(())
@@ -182,7 +183,8 @@ fn check_factors(factors: Option<&[f32]>, n_rot: usize) -> Result<()> {
 
 /// table: [n_tokens][n_rot / 2] (cos θ, sin θ) of token t's angles, token t at position p0 + t
 /// · step (computed in f64, then rounded). `factors` ([n_rot / 2], Llama 3's `rope_freqs`)
-/// divide each pair's angle, as ggml's `ggml_rope_cache_init` divides theta by `ff`.
+/// divide each pair's angle, as ggml's `ggml_rope_cache_init` divides theta by `ff`; cos and
+/// sin are multiplied by `mscale` (ggml's `rope_yarn`: `cosf(theta) * mscale`).
 #[allow(clippy::too_many_arguments)]
 fn rope_table(
     table: &mut Vec<(f32, f32)>,
@@ -193,6 +195,7 @@ fn rope_table(
     freq_base: f32,
     freq_scale: f32,
     factors: Option<&[f32]>,
+    mscale: f32,
 ) {
     let half = n_rot / 2;
     // [half] inverse frequencies, shared by all tokens.
@@ -207,7 +210,7 @@ fn rope_table(
         let p = (p0 + t as f64 * step) * freq_scale as f64;
         table.extend(inv_freq.iter().map(|f| {
             let theta = p * f;
-            (theta.cos() as f32, theta.sin() as f32)
+            (theta.cos() as f32 * mscale, theta.sin() as f32 * mscale)
         }));
     }
 }
@@ -237,15 +240,17 @@ fn rope_apply(x: &mut [f32], g: RopeGeom, table: &[(f32, f32)], neox: bool) {
 /// per token instead of twice per layer.
 #[derive(Default)]
 pub struct RopeCache {
-    /// (pos0, n_tokens, n_rot, freq_base bits, freq_scale bits, factors' address) the table was
-    /// made for.
-    key: Option<(usize, usize, usize, u32, u32, usize)>,
+    /// (pos0, n_tokens, n_rot, freq_base bits, freq_scale bits, factors' address, mscale
+    /// bits) the table was made for.
+    key: Option<(usize, usize, usize, u32, u32, usize, u32)>,
     /// [n_tokens][n_rot / 2] (cos, sin).
     table: Vec<(f32, f32)>,
 }
 
 /// `rope_tokens` with the angle table kept in `cache` between calls: the same values, computed
-/// once per (positions, rotation) instead of once per call.
+/// once per (positions, rotation) instead of once per call. `factors` divide the pairs'
+/// angles and `mscale` multiplies the rotated values (LongRoPE's attention factor; 1 for
+/// most models).
 #[allow(clippy::too_many_arguments)]
 pub fn rope_tokens_cached(
     cache: &mut RopeCache,
@@ -258,6 +263,7 @@ pub fn rope_tokens_cached(
     freq_base: f32,
     freq_scale: f32,
     factors: Option<&[f32]>,
+    mscale: f32,
     neox: bool,
 ) -> Result<()> {
     let g = RopeGeom {
@@ -275,6 +281,7 @@ pub fn rope_tokens_cached(
         freq_base.to_bits(),
         freq_scale.to_bits(),
         factors.map_or(0, |f| f.as_ptr() as usize),
+        mscale.to_bits(),
     );
     if cache.key != Some(key) {
         cache.key = None;
@@ -287,6 +294,7 @@ pub fn rope_tokens_cached(
             freq_base,
             freq_scale,
             factors,
+            mscale,
         );
         cache.key = Some(key);
     }

@@ -52,7 +52,8 @@ pub(super) fn block_span(g: &Gguf, l: usize) -> Option<BlockSpan> {
         lo = lo.min(t.file_offset);
         hi = hi.max(t.file_offset + t.n_bytes);
     }
-    (hi > lo).then_some(BlockSpan {
+    // Lazily: with no tensors hi - lo would underflow.
+    (hi > lo).then(|| BlockSpan {
         layer: l,
         offset: lo,
         len: hi - lo,

@@ -184,8 +184,8 @@ impl Model {
         progress: &mut dyn FnMut(u64, u64),
     ) -> Result<Model> {
         let t0 = Instant::now();
-        let gguf = Arc::new(Gguf::open(path)?);
-        let config = Config::from_gguf(&gguf)?;
+        let (gguf, config) = crate::config::open_model(path)?;
+        let gguf = Arc::new(gguf);
         let tokenizer = Tokenizer::from_gguf(&gguf)?;
         let chat_template = crate::chat::template_from_gguf(&gguf);
         let pool = crate::cpu::par::Workers::new(opts.threads)?;

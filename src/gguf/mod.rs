@@ -106,6 +106,8 @@ pub enum GgufError {
         end: u64,
         len: u64,
     },
+    #[error("tensor {tensor:?} cannot be split as asked: {msg}")]
+    BadSplit { tensor: String, msg: String },
     #[error("tensors {a:?} and {b:?} overlap in the data section")]
     Overlap { a: String, b: String },
     #[error("tensor name {0:?} appears twice")]
@@ -427,6 +429,86 @@ impl Gguf {
                 end: end.unwrap_or(u64::MAX),
                 len: buf.len() as u64,
             })
+    }
+
+    /// Replaces tensor `name` by consecutive ranges of its rows, each a tensor of its own:
+    /// `parts` gives each range's name and row count, in order, the counts summing to the
+    /// tensor's rows (a 1-D tensor is split along its elements, whole blocks each). The parts
+    /// are views of the same file bytes, so a fused projection (phi3's `attn_qkv`, its gate and
+    /// up stacked in one `ffn_up`) reads as the separate tensors the forward pass uses, costs no
+    /// copy, and counts its bytes once.
+    pub fn split_rows(&mut self, name: &str, parts: &[(String, u64)]) -> Result<()> {
+        let bad = |msg: String| GgufError::BadSplit {
+            tensor: name.to_string(),
+            msg,
+        };
+        let i = *self
+            .tensor_index
+            .get(name)
+            .ok_or_else(|| GgufError::MissingTensor(name.to_string()))?;
+        let t = self.tensors[i].clone();
+        let one_d = t.dims.len() == 1;
+        if t.dims.len() > 2 {
+            return Err(bad(format!("dimensions {:?} (1-D or 2-D only)", t.dims)));
+        }
+        let total = if one_d { t.ne0() } else { t.n_rows() };
+        let sum = parts.iter().try_fold(0u64, |a, (_, r)| a.checked_add(*r));
+        if sum != Some(total) || parts.iter().any(|(_, r)| *r == 0) {
+            return Err(bad(format!(
+                "parts of {:?} rows do not cover its {total}",
+                parts.iter().map(|p| p.1).collect::<Vec<_>>()
+            )));
+        }
+        if let Some((dup, _)) = parts
+            .iter()
+            .find(|(n, _)| n.as_str() != name && self.tensor_index.contains_key(n.as_str()))
+        {
+            return Err(bad(format!("a tensor {dup:?} exists already")));
+        }
+        let mut views = Vec::with_capacity(parts.len());
+        let mut at = 0u64;
+        for (part, rows) in parts {
+            // Bytes before this part and in it: whole rows of a 2-D tensor, whole blocks of a
+            // 1-D one.
+            let bytes = |n: u64| -> Option<u64> {
+                if one_d {
+                    t.ty.row_bytes(n)
+                } else {
+                    t.ty.row_bytes(t.ne0()).and_then(|rb| rb.checked_mul(n))
+                }
+            };
+            let (Some(skip), Some(n_bytes)) = (bytes(at), bytes(*rows)) else {
+                return Err(bad(format!(
+                    "{rows} elements at {at} are not whole {} blocks",
+                    t.ty
+                )));
+            };
+            let dims = if one_d {
+                vec![*rows]
+            } else {
+                vec![t.ne0(), *rows]
+            };
+            views.push(TensorInfo {
+                name: part.clone(),
+                n_elements: dims.iter().product(),
+                dims,
+                ty: t.ty,
+                offset: t.offset + skip,
+                file_offset: t.file_offset + skip,
+                n_bytes,
+            });
+            at += rows;
+        }
+        // The views take the fused tensor's place, so file order (which the storage reader's
+        // spans follow) is kept.
+        self.tensors.splice(i..=i, views);
+        self.tensor_index = self
+            .tensors
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (t.name.clone(), i))
+            .collect();
+        Ok(())
     }
 
     /// The whole file image.

@@ -275,3 +275,57 @@ fn empty_and_scalar_tensors() {
         3.0f32.to_le_bytes()
     );
 }
+
+#[test]
+fn split_rows_makes_views_of_the_same_bytes() {
+    // [4 cols, 6 rows] of Q8_0-sized rows would need 32 columns; F16 keeps it small.
+    let vals: Vec<u8> = (0..4 * 6 * 2).map(|i| i as u8).collect();
+    let w = GgufWriter::new()
+        .tensor("a", GgmlType::F32, &[2], vec![0; 8])
+        .tensor("fused", GgmlType::F16, &[4, 6], vals.clone())
+        .tensor_f32("b", &[3], &[1.0, 2.0, 3.0]);
+    let mut g = Gguf::from_bytes(w.to_bytes()).unwrap();
+    let parts = [
+        ("q".to_string(), 3),
+        ("k".to_string(), 2),
+        ("v".to_string(), 1),
+    ];
+    g.split_rows("fused", &parts).unwrap();
+    let names: Vec<&str> = g.tensors().iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["a", "q", "k", "v", "b"]);
+    assert!(g.tensor("fused").is_none());
+    let k = g.require_tensor("k").unwrap();
+    assert_eq!(
+        (k.dims.as_slice(), k.n_elements, k.n_bytes),
+        (&[4u64, 2][..], 8, 16)
+    );
+    assert_eq!(g.tensor_data(k), &vals[24..40]);
+    assert_eq!(g.tensor_data(g.require_tensor("v").unwrap()), &vals[40..48]);
+    assert_eq!(g.require_tensor("b").unwrap().n_elements, 3);
+    // 1-D: along the elements.
+    g.split_rows("b", &[("b0".into(), 1), ("b1".into(), 2)])
+        .unwrap();
+    let b1 = g.require_tensor("b1").unwrap();
+    assert_eq!(
+        g.tensor_data(b1),
+        &[2.0f32, 3.0].map(f32::to_le_bytes).concat()[..]
+    );
+    // Bad requests name the tensor and change nothing.
+    let before = g.tensors().to_vec();
+    for (name, parts) in [
+        ("q", vec![("x".to_string(), 2)]),
+        ("q", vec![("x".to_string(), 3), ("y".to_string(), 0)]),
+        ("q", vec![("k".to_string(), 3)]),
+        ("nope", vec![("x".to_string(), 1)]),
+    ] {
+        let e = g.split_rows(name, &parts).unwrap_err().to_string();
+        assert!(e.contains(name), "{e}");
+    }
+    assert_eq!(g.tensors(), &before[..]);
+    let w = GgufWriter::new().tensor("q8", GgmlType::Q8_0, &[64], vec![0; 68]);
+    let mut g = Gguf::from_bytes(w.to_bytes()).unwrap();
+    let e = g
+        .split_rows("q8", &[("x".into(), 16), ("y".into(), 48)])
+        .unwrap_err();
+    assert!(e.to_string().contains("not whole Q8_0 blocks"), "{e}");
+}

@@ -513,9 +513,9 @@ impl Backend for GpuBackend {
         let m = Arc::clone(&self.m);
         self.written(&x.buf);
         let cfg = m.rope_config(layer, n_heads);
-        let launch = m
-            .kernels
-            .rope_launch(&x.buf, m.rope_freqs(layer), &cfg, n, pos0)?;
+        let launch =
+            m.kernels
+                .rope_launch(&x.buf, m.rope_freqs(layer, self.n_ctx), &cfg, n, pos0)?;
         self.record(launch)
     }
 
@@ -533,7 +533,7 @@ impl Backend for GpuBackend {
         self.written(&k.buf);
         // The frequencies depend on the head dimension only, shared by Q and K.
         let cfg = m.rope_config(layer, n_head);
-        let freqs = m.rope_freqs(layer);
+        let freqs = m.rope_freqs(layer, self.n_ctx);
         let launch = m
             .kernels
             .rope_pair_launch(&q.buf, &k.buf, n_head_kv, freqs, &cfg, n, pos0)?;

@@ -22,6 +22,8 @@ pub struct RopeConfig {
     pub freq_scale: f32,
     /// pairs `(i, i + n_rot/2)` instead of `(2i, 2i + 1)`
     pub neox: bool,
+    /// multiplies the rotated values (`Config::rope_attn_factor`; 1 for most models)
+    pub mscale: f32,
 }
 
 fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
@@ -128,6 +130,8 @@ impl Kernels {
             neox: u32::from(cfg.neox),
             groups_x: groups.0,
             n_heads2: to_u32(n_heads2, "n_heads2")?,
+            mscale: cfg.mscale,
+            pad: [0; 3],
         };
         let bufs = [(0, x), (1, freqs), (3, x2)];
         Ok(Launch::new(KernelKey::Rope, &params, &bufs, 2, groups))

@@ -71,6 +71,9 @@ pub struct RopeParams {
     pub groups_x: u32,
     /// heads of the second buffer rotated by the same launch (0: none)
     pub n_heads2: u32,
+    /// multiplies cos and sin (LongRoPE's attention factor; 1 for most models)
+    pub mscale: f32,
+    pub pad: [u32; 3],
 }
 
 /// Uniform parameters of `shaders/swiglu.wgsl` and `shaders/add.wgsl`
@@ -252,7 +255,7 @@ pub struct MatvecQ8Params {
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
 const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
-const _: () = assert!(std::mem::size_of::<RopeParams>() == 32);
+const _: () = assert!(std::mem::size_of::<RopeParams>() == 48);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);

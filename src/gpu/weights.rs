@@ -106,6 +106,8 @@ pub struct GpuModel {
     /// blocks where their base differs (gemma3).
     rope_freqs: wgpu::Buffer,
     rope_freqs_local: Option<wgpu::Buffer>,
+    /// [n_rot / 2] f32 with LongRoPE's long factors (phi3), for contexts past the original.
+    rope_freqs_long: Option<wgpu::Buffer>,
     /// Bytes of storage one binding may hold here (the adapter's, or the forced cap).
     pub max_binding_bytes: u64,
     /// Bytes of weights resident on the GPU.
@@ -278,13 +280,30 @@ impl GpuModel {
             warnings,
             weight_bytes,
         } = up;
-        let freqs_of = |l: usize| {
-            let rope = rope_config_of(cfg, l, cfg.n_head);
-            rope_freqs(&rope, cfg.rope_freq_factors.as_deref())
+        let freqs_of = |l: usize, factors: Option<&[f32]>| {
+            rope_freqs(&rope_config_of(cfg, l, cfg.n_head), factors)
         };
-        let rope_freqs = upload_f32(&ctx, "rope.freqs", &freqs_of(usize::MAX))?;
+        let global = usize::MAX;
+        let rope_freqs = upload_f32(
+            &ctx,
+            "rope.freqs",
+            &freqs_of(global, cfg.rope_freq_factors.as_deref()),
+        )?;
+        // LongRoPE's long factors, for sessions past the original context.
+        let rope_freqs_long = match &cfg.long_rope {
+            Some(lr) => Some(upload_f32(
+                &ctx,
+                "rope.freqs.long",
+                &freqs_of(global, Some(&lr.long)),
+            )?),
+            None => None,
+        };
         let rope_freqs_local = match (0..cfg.n_layer).find(|&l| cfg.window(l).is_some()) {
-            Some(l) => Some(upload_f32(&ctx, "rope.freqs.local", &freqs_of(l))?),
+            Some(l) => Some(upload_f32(
+                &ctx,
+                "rope.freqs.local",
+                &freqs_of(l, cfg.rope_freq_factors.as_deref()),
+            )?),
             None => None,
         };
         flush_uploads(&ctx)?;
@@ -299,6 +318,7 @@ impl GpuModel {
             vecs,
             rope_freqs,
             rope_freqs_local,
+            rope_freqs_long,
             max_binding_bytes: limit,
             weight_bytes,
             warnings,
@@ -314,10 +334,21 @@ impl GpuModel {
         rope_config_of(&self.cfg, l, n_heads)
     }
 
-    /// Block `l`'s RoPE frequencies on the GPU: `[n_rot / 2]` f32.
-    pub fn rope_freqs(&self, l: usize) -> &wgpu::Buffer {
-        match (&self.rope_freqs_local, self.cfg.window(l)) {
-            (Some(local), Some(_)) => local,
+    /// Block `l`'s RoPE frequencies on the GPU, in a context of `n_ctx` positions (which
+    /// picks LongRoPE's long or short factors): `[n_rot / 2]` f32.
+    pub fn rope_freqs(&self, l: usize, n_ctx: usize) -> &wgpu::Buffer {
+        let long = self
+            .cfg
+            .long_rope
+            .as_ref()
+            .is_some_and(|lr| n_ctx > lr.orig_ctx);
+        match (
+            &self.rope_freqs_local,
+            self.cfg.window(l),
+            &self.rope_freqs_long,
+        ) {
+            (Some(local), Some(_), _) => local,
+            (_, _, Some(lr)) if long => lr,
             _ => &self.rope_freqs,
         }
     }
@@ -544,5 +575,6 @@ fn rope_config_of(cfg: &Config, l: usize, n_heads: usize) -> RopeConfig {
         freq_base,
         freq_scale,
         neox: matches!(cfg.rope_kind, crate::config::RopeKind::Neox),
+        mscale: cfg.rope_attn_factor,
     }
 }

@@ -529,7 +529,8 @@ impl Exec {
     /// context shift (`crate::engine::ctx_shift`).
     pub fn shift_kv(&mut self, s: crate::backend::KvShift) -> Result<()> {
         s.check()?;
-        let cfg = self.cfg.clone();
+        // The RoPE factors this context runs with (LongRoPE's long or short ones).
+        let cfg = self.cfg.for_context(self.n_ctx);
         for l in 0..cfg.n_layer {
             let d = self.kv_home[l];
             on_dev!(self, d, |b, _s| b.shift_kv(l, &cfg, s))?;

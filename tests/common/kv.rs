@@ -26,11 +26,16 @@ pub fn synth_model(n_layer: usize, seed: u64) -> PathBuf {
 
 /// The sliding window of [`synth_model_arch`]'s gemma3 files: shorter than the tests' contexts.
 pub const GEMMA3_WINDOW: u32 = 6;
+/// The original context of [`synth_model_arch`]'s phi3 files.
+pub const PHI3_ORIG_CTX: u32 = 16;
 
 /// `synth_model` as architecture `arch` (e.g. "qwen2": NeoX RoPE), the metadata keys renamed.
 /// "gemma3" also gets its norm tensors (per-head Q/K, post-attention, post-FFN; weights near 1)
 /// and a sliding window of [`GEMMA3_WINDOW`] positions (blocks 0-4 of every 6 local, RoPE base
-/// 10000 there; the file's base, set to 1e6, in the others).
+/// 10000 there; the file's base, set to 1e6, in the others). "phi3" stores Q, K, V fused in
+/// `attn_qkv` and gate and up stacked in `ffn_up`, rotates 3/4 of each head, and has LongRoPE
+/// factors (long ones past [`PHI3_ORIG_CTX`], as every test context here) and an attention
+/// factor.
 pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     let llama = synth_model(n_layer, seed);
     let path = llama.with_file_name(format!(
@@ -56,11 +61,63 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
             out = out.metadata(k, v);
         }
         let mut n_embd = 0;
+        let phi3 = arch == "phi3";
+        // phi3: the tensors fused in its files, by name, in fusion order.
+        let mut parts: std::collections::HashMap<String, &memwall::gguf::writer::WriterTensor> =
+            Default::default();
         for t in w.tensors() {
             if t.name == "blk.0.attn_norm.weight" {
                 n_embd = t.dims[0];
             }
+            let fused = ["attn_q.", "attn_k.", "attn_v.", "ffn_gate.", "ffn_up."];
+            if phi3 && fused.iter().any(|f| t.name.contains(f)) {
+                parts.insert(t.name.clone(), t);
+                continue;
+            }
             out = out.tensor(t.name.clone(), t.ty, &t.dims, t.data.clone());
+        }
+        if phi3 {
+            // Row-major matrices of one type: stacking rows is concatenating bytes.
+            for l in 0..n_layer {
+                for (fused, members) in [
+                    ("attn_qkv", &["attn_q", "attn_k", "attn_v"][..]),
+                    ("ffn_up", &["ffn_gate", "ffn_up"][..]),
+                ] {
+                    let ts: Vec<_> = members
+                        .iter()
+                        .map(|m| parts[&format!("blk.{l}.{m}.weight")])
+                        .collect();
+                    let rows: u64 = ts.iter().map(|t| t.dims[1]).sum();
+                    let data: Vec<u8> = ts.iter().flat_map(|t| t.data.iter().copied()).collect();
+                    let name = format!("blk.{l}.{fused}.weight");
+                    out = out.tensor(name, ts[0].ty, &[ts[0].dims[0], rows], data);
+                }
+            }
+            let n_head = w
+                .metadata_pairs()
+                .iter()
+                .find(|(k, _)| k == "llama.attention.head_count")
+                .and_then(|(_, v)| v.as_i128())
+                .unwrap() as u64;
+            let n_rot = n_embd / n_head * 3 / 4 / 2 * 2;
+            let half = n_rot / 2;
+            let short: Vec<f32> = (0..half).map(|i| 1.0 + (i % 5) as f32 * 0.1).collect();
+            let long: Vec<f32> = (0..half).map(|i| 1.0 + i as f32 * 1.5).collect();
+            out = out
+                .metadata(
+                    "phi3.rope.dimension_count",
+                    memwall::gguf::Value::U32(n_rot as u32),
+                )
+                .metadata(
+                    "phi3.rope.scaling.original_context_length",
+                    memwall::gguf::Value::U32(PHI3_ORIG_CTX),
+                )
+                .metadata(
+                    "phi3.rope.scaling.attn_factor",
+                    memwall::gguf::Value::F32(1.19),
+                )
+                .tensor_f32("rope_factors_long.weight", &[half], &long)
+                .tensor_f32("rope_factors_short.weight", &[half], &short);
         }
         if arch == "gemma3" {
             let n_head = w

@@ -1,6 +1,7 @@
 //! A llama-family forward pass built from kernels-ref's reference ops alone: the oracle the
 //! engine's forward pass is compared with. It follows llama.cpp's graphs for each difference
-//! the config names (src/models/qwen3.cpp, gemma3.cpp, smollm3.cpp).
+//! the config names (src/models/qwen3.cpp, gemma3.cpp, smollm3.cpp, phi3.cpp), reading the
+//! file's tensors as stored (phi3's fused `attn_qkv` and stacked gate/up `ffn_up` included).
 
 use memwall::config::{Config, FfnAct, RopeKind};
 use memwall::gguf::Gguf;
@@ -29,8 +30,26 @@ fn matmul(g: &Gguf, name: &str, x: &[f32], n: usize) -> Vec<f32> {
     y
 }
 
-/// Logits [n, n_vocab] of `ids` from position 0.
-pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
+/// Splits y: [n, sum of widths] into its column blocks ([n, width] each).
+fn split_cols(y: &[f32], n: usize, widths: &[usize]) -> Vec<Vec<f32>> {
+    let total: usize = widths.iter().sum();
+    assert_eq!(y.len(), n * total);
+    let mut at = 0;
+    widths
+        .iter()
+        .map(|&w| {
+            let part = (0..n)
+                .flat_map(|t| y[t * total + at..t * total + at + w].iter().copied())
+                .collect();
+            at += w;
+            part
+        })
+        .collect()
+}
+
+/// Logits [n, n_vocab] of `ids` from position 0, in a context of `n_ctx` positions (which
+/// picks LongRoPE's long or short factors).
+pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec<f32> {
     let n = ids.len();
     let e = c.n_embd;
     let (emb, ety, _, _) = mat(g, "token_embd.weight");
@@ -46,10 +65,28 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
     for l in 0..c.n_layer {
         let p = |s: &str| format!("blk.{l}.{s}");
         kernels_ref::rms_norm(&x, &vecf(g, &p("attn_norm.weight")), c.rms_eps, &mut h);
-        let mut q = matmul(g, &p("attn_q.weight"), &h, n);
-        let mut k = matmul(g, &p("attn_k.weight"), &h, n);
-        let mut v = matmul(g, &p("attn_v.weight"), &h, n);
-        if c.qkv_bias {
+        let fused = g.tensor(&p("attn_qkv.weight")).is_some();
+        let (mut q, mut k, mut v) = if fused {
+            // llama.cpp's build_qkv: Q, K, V are views of one product at offsets 0, q, q + kv.
+            let mut qkv = matmul(g, &p("attn_qkv.weight"), &h, n);
+            if c.qkv_bias {
+                let b = vecf(g, &p("attn_qkv.bias"));
+                for row in qkv.chunks_mut(b.len()) {
+                    let r = row.to_vec();
+                    kernels_ref::add(&r, &b, row);
+                }
+            }
+            let mut parts = split_cols(&qkv, n, &[qd, kd, kd]).into_iter();
+            let mut next = || parts.next().unwrap();
+            (next(), next(), next())
+        } else {
+            (
+                matmul(g, &p("attn_q.weight"), &h, n),
+                matmul(g, &p("attn_k.weight"), &h, n),
+                matmul(g, &p("attn_v.weight"), &h, n),
+            )
+        };
+        if c.qkv_bias && !fused {
             for (t, name) in [
                 (&mut q, "attn_q.bias"),
                 (&mut k, "attn_k.bias"),
@@ -78,11 +115,12 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
             // gemma3's sliding-window blocks have their own base.
             let (fb, fs) = c.rope_of(l);
             let qi = &mut q[i * qd..(i + 1) * qd];
-            let ff = c.rope_freq_factors.as_deref();
+            // phi3: LongRoPE's factors for this context and its attention factor.
+            let (ff, ms) = (c.rope_factors(n_ctx), c.rope_attn_factor);
             let (nh, nkv, hd, nr) = (c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
-            kernels_ref::rope_ext(qi, nh, hd, nr, i, fb, fs, ff, neox);
+            kernels_ref::rope_scaled(qi, nh, hd, nr, i, fb, fs, ff, ms, neox);
             let ki = &mut k[i * kd..(i + 1) * kd];
-            kernels_ref::rope_ext(ki, nkv, hd, nr, i, fb, fs, ff, neox);
+            kernels_ref::rope_scaled(ki, nkv, hd, nr, i, fb, fs, ff, ms, neox);
         }
         let mut att = vec![0f32; n * qd];
         let (nh, nkv, hd, w) = (c.n_head, c.n_head_kv, c.head_dim, c.window(l));
@@ -101,8 +139,17 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32]) -> Vec<f32> {
         let x2 = x.clone();
         kernels_ref::add(&x2, &o, &mut x);
         kernels_ref::rms_norm(&x, &vecf(g, &p("ffn_norm.weight")), c.rms_eps, &mut h);
-        let gate = matmul(g, &p("ffn_gate.weight"), &h, n);
-        let up = matmul(g, &p("ffn_up.weight"), &h, n);
+        let (gate, up) = if g.tensor(&p("ffn_gate.weight")).is_some() {
+            (
+                matmul(g, &p("ffn_gate.weight"), &h, n),
+                matmul(g, &p("ffn_up.weight"), &h, n),
+            )
+        } else {
+            // phi3: ffn_up stacks gate and up; ggml_swiglu gates with the first half.
+            let both = matmul(g, &p("ffn_up.weight"), &h, n);
+            let mut parts = split_cols(&both, n, &[c.n_ff, c.n_ff]).into_iter();
+            (parts.next().unwrap(), parts.next().unwrap())
+        };
         let mut s = vec![0f32; gate.len()];
         match c.ffn_act {
             FfnAct::Silu => kernels_ref::swiglu(&gate, &up, &mut s),

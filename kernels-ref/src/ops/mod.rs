@@ -22,7 +22,7 @@ pub use embedding::embedding;
 pub use matmul::matmul;
 pub use matvec::{dot_f64, matvec};
 pub use rmsnorm::rms_norm;
-pub use rope::{rope, rope_ext};
+pub use rope::{rope, rope_ext, rope_scaled};
 pub use softmax::softmax;
 
 #[cfg(test)]

@@ -49,6 +49,30 @@ pub fn rope_ext(
     factors: Option<&[f32]>,
     neox: bool,
 ) {
+    rope_scaled(
+        x, n_heads, head_dim, n_rot, pos, freq_base, freq_scale, factors, 1.0, neox,
+    )
+}
+
+/// [`rope_ext`] whose rotated values are multiplied by `mscale` (ggml's `rope_yarn` multiplies
+/// cos and sin by it: phi3's LongRoPE attention factor, `rope.scaling.attn_factor`, with
+/// YaRN's extrapolation off). Dims past `n_rot` keep their scale.
+///
+/// # Panics
+/// As [`rope_ext`].
+#[allow(clippy::too_many_arguments)]
+pub fn rope_scaled(
+    x: &mut [f32],
+    n_heads: usize,
+    head_dim: usize,
+    n_rot: usize,
+    pos: usize,
+    freq_base: f32,
+    freq_scale: f32,
+    factors: Option<&[f32]>,
+    mscale: f32,
+    neox: bool,
+) {
     if let Some(f) = factors {
         assert_eq!(
             f.len(),
@@ -77,6 +101,7 @@ pub fn rope_ext(
             let ff = factors.map_or(1.0, |f| f64::from(f[i]));
             let theta = p * f64::from(freq_base).powf(-2.0 * i as f64 / n_rot as f64) / ff;
             let (sin, cos) = theta.sin_cos();
+            let (sin, cos) = (sin * f64::from(mscale), cos * f64::from(mscale));
             let (ia, ib) = if neox {
                 (i, i + half)
             } else {

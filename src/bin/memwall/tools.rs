@@ -183,8 +183,7 @@ pub(crate) fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
                     "{flag} describes an architecture; with -m the file gives it"
                 )));
             }
-            let g = memwall::gguf::Gguf::open(path)?;
-            let cfg = memwall::config::Config::from_gguf(&g)?;
+            let (g, cfg) = memwall::config::open_model(path)?;
             let n_ctx = a.ctx.unwrap_or(cfg.n_ctx_train.min(4096));
             let kv_bits = a.kv_bits.unwrap_or(a.cache.types().mean_bits());
             let mut m = MemoryModel::from_gguf(&g, &cfg, n_ctx, kv_bits)?;

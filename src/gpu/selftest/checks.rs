@@ -371,6 +371,7 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
             freq_base: base,
             freq_scale: scale,
             neox,
+            mscale: 1.0,
         };
         // [n_tokens, heads, head_dim] inputs of x (n_heads) and x2 (n_heads2)
         let parts: Vec<(usize, Vec<f32>)> = [n_heads, n_heads2]
