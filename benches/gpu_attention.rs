@@ -47,6 +47,7 @@ fn main() {
         n_ctx: 2048,
         kv: KvTypes::F32,
         window: None,
+        softcap: None,
     };
     let mut seed = 7u64;
     for (n, pos0, paths) in runs {

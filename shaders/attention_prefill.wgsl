@@ -97,7 +97,7 @@ fn main(
             for (var x = 0u; x < d4; x++) {
                 s += dot(q_sh[r * d4 + x], kv_sh[j * d4 + x]);
             }
-            s_sh[r * P.tile_k + j] = s;
+            s_sh[r * P.tile_k + j] = cap_score(s);
         }
         workgroupBarrier();
         load_tile(true, kv0, tk, d4, row4, kv_off, lid);

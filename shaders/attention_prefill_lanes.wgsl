@@ -152,8 +152,8 @@ fn main(
         let j_hi = j_lo + vec4<u32>(4u);
         let in_lo = (j_lo <= vec4<u32>(my_pos)) & (j_lo >= vec4<u32>(my_first));
         let in_hi = (j_hi <= vec4<u32>(my_pos)) & (j_hi >= vec4<u32>(my_first));
-        let lo = select(vec4<f32>(-F32_MAX), s.lo, in_lo);
-        let hi = select(vec4<f32>(-F32_MAX), s.hi, in_hi);
+        let lo = select(vec4<f32>(-F32_MAX), cap_scores(s.lo), in_lo);
+        let hi = select(vec4<f32>(-F32_MAX), cap_scores(s.hi), in_hi);
         let mx = max(lo, hi);
         let m_new = max(m, max(max(mx.x, mx.y), max(mx.z, mx.w)));
         let alpha = exp(m - m_new);

@@ -84,8 +84,9 @@ fn main(
         for (var i = 0u; i < d4; i++) {
             s += dot(q_sh[i], kv_vec4(false, (kb + i) * 4u));
         }
-        p_sh[j] = s;
-        m = max(m, s);
+        let c = cap_score(s);
+        p_sh[j] = c;
+        m = max(m, c);
     }
     let cm = wg_max(m, lid);
     var sum = 0.0;

@@ -1,6 +1,7 @@
 //! Model hyper-parameters read from GGUF metadata (`<arch>.*` keys), for the llama family:
 //! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE), gemma3
-//! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers), phi3 (fused QKV and
+//! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers), gemma2 (the same
+//! with every other layer local and soft-capped attention scores), phi3 (fused QKV and
 //! gate/up tensors, partial rotary, LongRoPE) and others that share the shape. One forward pass reads these differences; there is no copy of the model per
 //! architecture.
 
@@ -42,6 +43,8 @@ pub struct SlidingWindow {
     /// `rope_freq_base_train_swa` default), whose position scale is 1 (linear scaling applies
     /// to the global layers only, llama.cpp's `rope_freq_scale_train_swa`).
     pub rope_base: f32,
+    /// Position scale of the local layers: 1 for gemma3, the global one for gemma2.
+    pub rope_scale: f32,
 }
 
 /// Phi-3's LongRoPE: two sets of per-pair frequency factors, the long ones for contexts past
@@ -114,6 +117,10 @@ pub struct Config {
     /// n_head) (llama.cpp's `llama_model_gemma3::load_arch_hparams`, `f_attention_scale`).
     pub attn_scale: f32,
     pub sliding_window: Option<SlidingWindow>,
+    /// Attention scores become cap * tanh(score / cap) before the softmax
+    /// (`<arch>.attn_logit_softcapping`, gemma2: llama.cpp's `build_attn_mha` applies it to
+    /// the scaled Q times K when `hparams.attn_soft_cap`).
+    pub attn_logit_softcap: Option<f32>,
     /// Final logits become cap * tanh(logits / cap) (`<arch>.final_logit_softcapping`).
     pub final_logit_softcap: Option<f32>,
 }
@@ -128,6 +135,7 @@ const SUPPORTED: &[(&str, RopeKind)] = &[
     ("qwen2", RopeKind::Neox),
     ("qwen3", RopeKind::Neox),
     ("smollm3", RopeKind::Normal),
+    ("gemma2", RopeKind::Neox),
     ("gemma3", RopeKind::Neox),
     ("phi3", RopeKind::Neox),
 ];
@@ -136,6 +144,8 @@ const SUPPORTED: &[(&str, RopeKind)] = &[
 /// `load_swa_pattern(ml, 6)` in src/models/gemma3.cpp, which with `set_swa_pattern` in
 /// src/llama-hparams.cpp makes layer l local when `l % 6 < 5` (every sixth layer global).
 const GEMMA3_SWA_PATTERN: usize = 6;
+/// Gemma 2's: every other layer local (`load_swa_pattern(ml, 2)` in src/models/gemma2.cpp).
+const GEMMA2_SWA_PATTERN: usize = 2;
 
 impl Config {
     /// Reads the configuration, naming the key that is missing or wrong.
@@ -256,24 +266,58 @@ impl Config {
             .unwrap_or(1.0);
 
         let gemma3 = arch == "gemma3";
-        // gemma3 only: phi3 files state a window too, but llama.cpp runs them with global
+        let gemma2 = arch == "gemma2";
+        let gemma = gemma2 || gemma3;
+        // gemma only: phi3 files state a window too, but llama.cpp runs them with global
         // attention (src/models/phi3.cpp, `load_arch_hparams`: "Phi SWA is currently disabled",
         // `swa_type = LLAMA_SWA_TYPE_NONE`), and agreeing with it is the goal.
-        let sliding_window = match g.opt(&key("attention.sliding_window"), Gguf::get_u32)? {
+        let window_size = g.opt(&key("attention.sliding_window"), Gguf::get_u32)?;
+        let sliding_window = match window_size {
             Some(size) if gemma3 && size > 0 => Some(SlidingWindow {
                 size: size as usize,
-                layers: swa_layers(g, &key("attention.sliding_window_pattern"), n_layer)?,
+                layers: swa_layers(
+                    g,
+                    &key("attention.sliding_window_pattern"),
+                    n_layer,
+                    GEMMA3_SWA_PATTERN,
+                )?,
                 rope_base: g
                     .opt(&key("rope.freq_base_swa"), Gguf::get_f32)?
                     .unwrap_or(10000.0),
+                rope_scale: 1.0,
+            }),
+            // gemma2: every other block local (llama.cpp's `load_swa_pattern(ml, 2)` in
+            // src/models/gemma2.cpp), 4096 positions when the file does not say, and the local
+            // blocks' RoPE is the global one (`rope_freq_base_train_swa =
+            // rope_freq_base_train`, likewise the scale) unless `rope.freq_base_swa` is given.
+            _ if gemma2 => Some(SlidingWindow {
+                size: window_size.filter(|&w| w > 0).unwrap_or(4096) as usize,
+                layers: swa_layers(
+                    g,
+                    &key("attention.sliding_window_pattern"),
+                    n_layer,
+                    GEMMA2_SWA_PATTERN,
+                )?,
+                rope_base: g
+                    .opt(&key("rope.freq_base_swa"), Gguf::get_f32)?
+                    .unwrap_or(rope_base),
+                rope_scale: rope_freq_scale,
             }),
             _ => None,
+        };
+        // gemma2 caps the attention scores (llama.cpp sets `attn_soft_cap` for gemma2 alone).
+        let attn_logit_softcap = match gemma2 {
+            true => g
+                .opt(&key("attn_logit_softcapping"), Gguf::get_f32)?
+                .filter(|&c| c != 0.0),
+            false => None,
         };
         let final_logit_softcap = g
             .opt(&key("final_logit_softcapping"), Gguf::get_f32)?
             .filter(|&c| c != 0.0);
-        // Gemma 3 27B (62 blocks) scales by the model width per head instead of the head size.
-        let attn_scale = if gemma3 && n_layer == 62 {
+        // Gemma 3 27B (62 blocks) and Gemma 2 27B (46 blocks) scale by the model width per head
+        // instead of the head size (`f_attention_scale` in src/models/gemma3.cpp, gemma2.cpp).
+        let attn_scale = if (gemma3 && n_layer == 62) || (gemma2 && n_layer == 46) {
             1.0 / ((n_embd / n_head) as f32).sqrt()
         } else {
             1.0 / (head_dim as f32).sqrt()
@@ -301,7 +345,7 @@ impl Config {
             qkv_bias,
             qk_norm,
             no_rope_layer_step,
-            ffn_act: if gemma3 {
+            ffn_act: if gemma {
                 FfnAct::GeluTanh
             } else {
                 FfnAct::Silu
@@ -309,8 +353,9 @@ impl Config {
             // RMSNorm weights are used as stored: llama.cpp's converter already folded gemma's
             // (1 + w) into them (conversion/gemma.py, `Gemma3Model.norm_shift` adds 1.0 to every
             // `norm.weight`), and src/models/gemma3.cpp multiplies by the stored weight.
-            embed_scale: if gemma3 { (n_embd as f32).sqrt() } else { 1.0 },
-            post_norms: gemma3,
+            embed_scale: if gemma { (n_embd as f32).sqrt() } else { 1.0 },
+            post_norms: gemma,
+            attn_logit_softcap,
             attn_scale,
             sliding_window,
             final_logit_softcap,
@@ -360,6 +405,13 @@ impl Config {
             }
             if !(w.rope_base.is_finite() && w.rope_base > 0.0) {
                 return bad(format!("local RoPE base {} is not valid", w.rope_base));
+            }
+        }
+        if let Some(c) = self.attn_logit_softcap {
+            if !(c.is_finite() && c > 0.0) {
+                return bad(format!(
+                    "attention logit soft-cap {c} is not a positive number"
+                ));
             }
         }
         if let Some(c) = self.final_logit_softcap {
@@ -462,6 +514,11 @@ impl Config {
                 w.size, self.n_layer, w.rope_base
             ));
         }
+        if let Some(c) = self.attn_logit_softcap {
+            d.push(format!(
+                "attention scores soft-capped at {c} (c tanh(s / c))"
+            ));
+        }
         if let Some(c) = self.final_logit_softcap {
             d.push(format!("final logits soft-capped at {c} (c tanh(x / c))"));
         }
@@ -536,7 +593,7 @@ impl Config {
     /// (llama.cpp's `get_rope_freq_base` / `get_rope_freq_scale` in src/llama-model.cpp).
     pub fn rope_of(&self, l: usize) -> (f32, f32) {
         match &self.sliding_window {
-            Some(w) if self.window(l).is_some() => (w.rope_base, 1.0),
+            Some(w) if self.window(l).is_some() => (w.rope_base, w.rope_scale),
             _ => (self.rope_base, self.rope_freq_scale),
         }
     }
@@ -586,14 +643,14 @@ pub fn open_model(path: impl AsRef<std::path::Path>) -> Result<(Gguf, Config)> {
 }
 
 /// `[n_layer]` local-layer flags from `key`: an array of bools (one per layer), a period n
-/// (layer l local when l % n < n - 1; 0 makes every layer local), or gemma3's period 6 when
-/// the key is absent (llama.cpp's `load_swa_pattern` and `set_swa_pattern`).
-fn swa_layers(g: &Gguf, key: &str, n_layer: usize) -> Result<Vec<bool>> {
+/// (layer l local when l % n < n - 1; 0 makes every layer local), or the architecture's period
+/// `default` when the key is absent (llama.cpp's `load_swa_pattern` and `set_swa_pattern`).
+fn swa_layers(g: &Gguf, key: &str, n_layer: usize, default: usize) -> Result<Vec<bool>> {
     use crate::gguf::Value;
     let period =
         |n: usize| -> Vec<bool> { (0..n_layer).map(|l| n == 0 || l % n < n - 1).collect() };
     match g.get(key) {
-        None => Ok(period(GEMMA3_SWA_PATTERN)),
+        None => Ok(period(default)),
         Some(Value::Array(_, items)) => {
             let flags = items
                 .iter()

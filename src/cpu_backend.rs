@@ -484,6 +484,7 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let (hd, n_head, n_kv) = (self.cfg.head_dim, self.cfg.n_head, self.cfg.n_head_kv);
         let (scale, window) = (self.cfg.attn_scale, self.cfg.window(layer));
+        let softcap = self.cfg.attn_logit_softcap;
         let n_ctx = self.n_ctx;
         if pos0 + n > n_ctx {
             return Err(Error::ContextOverflow {
@@ -522,6 +523,7 @@ impl Backend for CpuBackend {
             pos0,
             scale,
             window,
+            softcap,
             &mut out[..n * n_head * hd],
         )
     }

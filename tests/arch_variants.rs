@@ -4,7 +4,8 @@
 //! head, qwen2 with QKV biases and NeoX RoPE, qwen3 with per-head Q/K norms and a head size
 //! that is not n_embd / n_head (as Qwen3's 128 at width 1024 with 16 heads), gemma3 with its
 //! scaled embedding, post-norms, GeGLU, sliding-window blocks with their own RoPE base and a
-//! final-logit soft-cap, phi3 with fused QKV and gate/up tensors, partial rotary and LongRoPE
+//! final-logit soft-cap, gemma2 with every other block local and soft-capped attention scores,
+//! phi3 with fused QKV and gate/up tensors, partial rotary and LongRoPE
 //! (long and short factors, the attention factor); each written with its architecture's
 //! metadata keys and tensor names.
 //! For each, the CPU backend's logits match a forward pass built from kernels-ref alone, in one
@@ -97,6 +98,15 @@ impl Variant {
     fn qwen3(&self) -> bool {
         self.arch == "qwen3" || self.gemma3()
     }
+    /// gemma2: gemma3's shape without Q/K norms, every other block local (RoPE as the global
+    /// ones), attention scores soft-capped low enough to bend these scores.
+    fn gemma2(&self) -> bool {
+        self.arch == "gemma2"
+    }
+    /// gemma2 or gemma3: scaled embedding, post-norms, GeGLU, sliding windows.
+    fn gemma(&self) -> bool {
+        self.gemma2() || self.gemma3()
+    }
     /// gemma3: also the scaled embedding, post-attention and post-FFN norms, GeGLU, sliding
     /// windows of `GEMMA3_WINDOW` positions in five blocks of six (the interleave llama.cpp
     /// assumes when the file gives none) with their own RoPE base, and here a final-logit
@@ -122,11 +132,12 @@ impl Variant {
         match self.arch {
             "smollm3" => 4,
             "gemma3" => 6,
+            "gemma2" => 4,
             _ => N_LAYER,
         }
     }
     fn head_dim(&self) -> usize {
-        if self.qwen3() {
+        if self.qwen3() || self.gemma2() {
             2 * HEAD_DIM
         } else {
             HEAD_DIM
@@ -182,7 +193,10 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             Value::Array(memwall::gguf::ValueType::String, vec![]),
         )
         .metadata("tokenizer.ggml.eos_token_id", Value::U32(256));
-    if v.gemma3() {
+    if v.gemma2() {
+        w = w.metadata(format!("{a}.attn_logit_softcapping"), Value::F32(2.0));
+    }
+    if v.gemma() {
         w = w
             .metadata(
                 format!("{a}.attention.sliding_window"),
@@ -208,7 +222,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             // Phi-3-mini's files state a window; llama.cpp runs them with global attention.
             .metadata(format!("{a}.attention.sliding_window"), Value::U32(4));
     }
-    if v.qwen3() {
+    if v.qwen3() || v.gemma2() {
         // Qwen3's files state the head size; it is not n_embd / n_head.
         let hd = Value::U32(v.head_dim() as u32);
         w = w
@@ -280,7 +294,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             w = w.tensor_f32(p("attn_q_norm.weight"), &[hd as u64], &qn);
             w = w.tensor_f32(p("attn_k_norm.weight"), &[hd as u64], &kn);
         }
-        if v.gemma3() {
+        if v.gemma() {
             w = w.tensor_f32(
                 p("post_attention_norm.weight"),
                 &[N_EMBD as u64],
@@ -301,7 +315,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_phi3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -331,6 +345,8 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_phi3_match_the_reference() {
         v("qwen3", true, false, GgmlType::Q8_0),
         v("gemma3", false, false, GgmlType::F32),
         v("gemma3", true, false, GgmlType::Q4_0),
+        v("gemma2", false, false, GgmlType::F32),
+        v("gemma2", true, false, GgmlType::Q8_0),
         v("phi3", false, false, GgmlType::F32),
         v("phi3", true, false, GgmlType::Q4_0),
         // A fused bias too (split with its weight).
@@ -349,7 +365,20 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma3_phi3_match_the_reference() {
             assert_eq!(c.rope_freq_factors, v.rope_factors());
         }
         assert_eq!(c.head_dim, v.head_dim());
-        assert_eq!(c.post_norms, v.gemma3());
+        assert_eq!(c.post_norms, v.gemma());
+        if v.gemma2() {
+            let local: Vec<bool> = (0..4).map(|l| c.window(l).is_some()).collect();
+            assert_eq!(local, [true, false, true, false]);
+            assert_eq!(
+                c.rope_of(0),
+                c.rope_of(1),
+                "gemma2's local RoPE is the global one"
+            );
+            assert_eq!(c.attn_logit_softcap, Some(2.0));
+            assert_eq!(c.final_logit_softcap, Some(50.0));
+        } else {
+            assert_eq!(c.attn_logit_softcap, None);
+        }
         if let Some((short, long)) = v.longrope() {
             assert_eq!(c.n_rot, PHI3_N_ROT);
             assert_eq!(c.rope_factors(PHI3_ORIG_CTX), Some(&short[..]));
@@ -483,7 +512,7 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
 /// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
 /// and token by token.
 #[test]
-fn qwen3_llama3_smollm3_gemma3_phi3_on_the_gpu_match_the_reference() {
+fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
@@ -498,6 +527,8 @@ fn qwen3_llama3_smollm3_gemma3_phi3_on_the_gpu_match_the_reference() {
         ("gemma3", GgmlType::Q8_0, true, 0.12),
         ("phi3", GgmlType::F32, false, 5e-3),
         ("phi3", GgmlType::Q8_0, true, 0.12),
+        ("gemma2", GgmlType::F32, false, 5e-3),
+        ("gemma2", GgmlType::Q8_0, true, 0.12),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {

@@ -98,6 +98,12 @@ fn tolerance(
                     mag[j] += (f64::from(a) * f64::from(b) * scale).abs();
                 }
             }
+            // gemma2's soft-cap: c tanh(s / c) has slope <= 1, so a score's error does not
+            // grow; tanh itself may be off by a few ulp of c.
+            let cap_err = cfg.softcap.map_or(0.0, |c| 16.0 * U * f64::from(c));
+            if let Some(c) = cfg.softcap.map(f64::from) {
+                s.iter_mut().for_each(|x| *x = c * (*x / c).tanh());
+            }
             let m = s[first..].iter().cloned().fold(f64::MIN, f64::max);
             let z: f64 = s[first..].iter().map(|&x| (x - m).exp()).sum();
             // (p_j, relative error of key j's weight)
@@ -106,7 +112,7 @@ fn tolerance(
                     if j < first {
                         return (0.0, 0.0);
                     }
-                    let e = (hd as f64 + 2.0) * U * mag[j] + (6.0 + 2.0 * (m - s[j])) * U;
+                    let e = (hd as f64 + 2.0) * U * mag[j] + (6.0 + 2.0 * (m - s[j])) * U + cap_err;
                     ((s[j] - m).exp() / z, e)
                 })
                 .collect();
@@ -154,6 +160,19 @@ impl Case {
         pos0: usize,
         window: Option<usize>,
     ) -> Case {
+        Case::capped(n_head, n_head_kv, hd, n, pos0, window, None)
+    }
+
+    /// As [`Case::windowed`], the scores soft-capped at `softcap` (gemma2).
+    fn capped(
+        n_head: usize,
+        n_head_kv: usize,
+        hd: usize,
+        n: usize,
+        pos0: usize,
+        window: Option<usize>,
+        softcap: Option<f32>,
+    ) -> Case {
         // Rows past the last position stay NaN: the kernels must never read them.
         let n_ctx = pos0 + n + 7;
         let cfg = AttentionConfig {
@@ -164,6 +183,7 @@ impl Case {
             n_ctx,
             kv: KvTypes::F32,
             window,
+            softcap,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
@@ -171,7 +191,7 @@ impl Case {
         let k = rng.values((pos0 + n) * row, 1.0);
         let v = rng.values((pos0 + n) * row, 1.0);
         let mut want = vec![0.0; q.len()];
-        kernels_ref::attention_window(
+        kernels_ref::attention_capped(
             &q,
             &k,
             &v,
@@ -183,6 +203,7 @@ impl Case {
             pos0,
             cfg.scale,
             window,
+            softcap,
             &mut want,
         );
         let tol = tolerance(&q, &k, &v, &want, n, &cfg, pos0);
@@ -204,8 +225,15 @@ impl Case {
         let (cfg, n, pos0) = (&self.cfg, self.n, self.pos0);
         let row = cfg.n_head_kv * cfg.head_dim;
         let what = format!(
-            "heads {}/{} hd {} n {n} pos0 {pos0} window {:?} {path:?} subgroup={} max_groups={}",
-            cfg.n_head, cfg.n_head_kv, cfg.head_dim, cfg.window, ks.subgroup, ks.max_groups_per_dim
+            "heads {}/{} hd {} n {n} pos0 {pos0} window {:?} softcap {:?} {path:?} subgroup={} \
+             max_groups={}",
+            cfg.n_head,
+            cfg.n_head_kv,
+            cfg.head_dim,
+            cfg.window,
+            cfg.softcap,
+            ks.subgroup,
+            ks.max_groups_per_dim
         );
         // The cache: earlier rows filled, the rest NaN.
         let cache_init = |src: &[f32]| {
@@ -442,6 +470,7 @@ fn oversize_and_malformed_requests_are_errors() {
         n_ctx: 100,
         kv: KvTypes::F32,
         window: None,
+        softcap: None,
     };
     let row = 3 * 64;
     let act = |n: usize| upload_f32(&ctx, "act", &vec![0.0; n * 9 * 64]).unwrap();
@@ -552,4 +581,35 @@ fn oversize_and_malformed_requests_are_errors() {
     err_has(store(&k8, &k_cache, 8, 93), "n_ctx");
     err_has(store(&k8, &k_cache, 9, 0), "kv_store k");
     err_has(store(&k8, &small, 1, 0), "k_cache");
+}
+
+#[test]
+fn soft_capped_scores_match_kernels_ref() {
+    // gemma2's attention logit soft-cap on every path, with and without a window: caps low
+    // enough to bend these scores (|s| reaches a few units), and one that saturates tanh.
+    let ctx = context();
+    let mut cases = Vec::new();
+    for &(nh, nkv, hd) in &[(9usize, 3usize, 64usize), (4, 2, 256)] {
+        for (n, pos0, w, cap) in [
+            (1usize, 37usize, None, 0.5f32),
+            (3, 300, Some(40usize), 1.0),
+            (17, 37, None, 2.0),
+            (64, 100, Some(20), 0.05),
+            (70, 5, None, 50.0),
+        ] {
+            cases.push(Case::capped(nh, nkv, hd, n, pos0, w, Some(cap)));
+        }
+    }
+    let sets = kernel_sets(&ctx, true);
+    for case in &cases {
+        for ks in &sets {
+            for path in [
+                AttentionPath::Split,
+                AttentionPath::Prefill,
+                AttentionPath::PrefillTiled,
+            ] {
+                case.check(&ctx, ks, path);
+            }
+        }
+    }
 }

@@ -275,7 +275,7 @@ fn attention_params_match_the_rust_struct() {
     }
     let want = fields!(
         n_tokens, n_head, n_head_kv, head_dim, pos0, n_chunks, tile_q, tile_k, scale, groups_x,
-        quant, window
+        quant, window, softcap, pad0, pad1, pad2
     );
     let attention = KernelKey::all().into_iter().filter(|k| {
         matches!(

@@ -81,14 +81,17 @@ fn rel(a: &[f32], b: &[f32]) -> f32 {
 fn cpu_attention_every_type_pair_vs_kernels_ref() {
     let mut rng = Rng::new(5);
     // Odd query count and head counts, GQA 3:1, a prefill window past position 0; sliding
-    // windows shorter than the context (the scan starts inside the cache).
-    for &(n_q, n_kv, n_head, n_kv_head, hd, window) in &[
-        (1usize, 37usize, 3usize, 1usize, 64usize, None),
-        (5, 21, 6, 2, 32, None),
-        (3, 3, 9, 3, 96, None),
-        (1, 37, 3, 1, 64, Some(5usize)),
-        (5, 21, 6, 2, 32, Some(1)),
-        (3, 3, 9, 3, 96, Some(2)),
+    // windows shorter than the context (the scan starts inside the cache); gemma2's score
+    // soft-cap, low enough to bend these scores.
+    for &(n_q, n_kv, n_head, n_kv_head, hd, window, softcap) in &[
+        (1usize, 37usize, 3usize, 1usize, 64usize, None, None),
+        (5, 21, 6, 2, 32, None, None),
+        (3, 3, 9, 3, 96, None, None),
+        (1, 37, 3, 1, 64, Some(5usize), None),
+        (5, 21, 6, 2, 32, Some(1), None),
+        (3, 3, 9, 3, 96, Some(2), None),
+        (5, 21, 6, 2, 32, None, Some(0.5f32)),
+        (1, 37, 3, 1, 64, Some(5), Some(0.7)),
     ] {
         let q = rng.activations(n_q * n_head * hd);
         let k = values(&mut rng, n_kv * n_kv_head * hd);
@@ -102,8 +105,8 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                 let kd = kernels_ref::dequantize_vec(kt.ggml_type(), &kq, k.len()).unwrap();
                 let vd = kernels_ref::dequantize_vec(vt.ggml_type(), &vq, v.len()).unwrap();
                 let mut want = vec![0f32; q.len()];
-                kernels_ref::attention_window(
-                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window,
+                kernels_ref::attention_capped(
+                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, softcap,
                     &mut want,
                 );
                 let mut got = vec![0f32; q.len()];
@@ -119,6 +122,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                     q_pos0,
                     scale,
                     window,
+                    softcap,
                     &mut got,
                 )
                 .unwrap();
@@ -150,6 +154,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
         48,
         0,
         1.0,
+        None,
         None,
         &mut [0f32; 48],
     )

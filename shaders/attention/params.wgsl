@@ -27,6 +27,11 @@ struct AttentionParams {
     quant: u32,
     // sliding window: a query at position p sees keys p - window + 1 ..= p; 0 = no window
     window: u32,
+    // scores become softcap * tanh(score / softcap) before the softmax; 0 = no cap (gemma2)
+    softcap: f32,
+    pad0: u32,
+    pad1: u32,
+    pad2: u32,
 }
 
 // The first key position a query at position `pos` sees: 0, or its window's first.
@@ -35,6 +40,22 @@ fn first_key(pos: u32) -> u32 {
         return 0u;
     }
     return pos + 1u - P.window;
+}
+
+// A score after the soft-cap, if any. tanh saturates to +-1 in f32 past |x| = 9.1; clamping
+// first keeps a driver's exp-based tanh from overflowing to inf / inf.
+fn cap_score(s: f32) -> f32 {
+    if (P.softcap == 0.0) {
+        return s;
+    }
+    return P.softcap * tanh(clamp(s / P.softcap, -10.0, 10.0));
+}
+
+fn cap_scores(s: vec4<f32>) -> vec4<f32> {
+    if (P.softcap == 0.0) {
+        return s;
+    }
+    return P.softcap * tanh(clamp(s / P.softcap, vec4<f32>(-10.0), vec4<f32>(10.0)));
 }
 
 const F32_MAX: f32 = 3.40282347e38;

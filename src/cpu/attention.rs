@@ -48,7 +48,7 @@ pub fn attention(
         ty: KvType::F32,
     };
     attention_kv(
-        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, out,
+        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, None, out,
     )
 }
 
@@ -68,6 +68,8 @@ fn simd_format(ty: KvType) -> Option<super::FloatFormat> {
 
 /// [`attention`] over caches of any type: each key (value) head slice is decoded from its
 /// blocks when the scan reaches it. Requires hd to be a whole number of blocks of both types.
+/// With `softcap = Some(c)` the scaled scores become c tanh(s / c) before the softmax
+/// (gemma2; kernels-ref's `attention_capped`).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_kv(
     q: &[f32],
@@ -81,6 +83,7 @@ pub fn attention_kv(
     q_pos0: usize,
     scale: f32,
     window: Option<usize>,
+    softcap: Option<f32>,
     out: &mut [f32],
 ) -> Result<()> {
     let bad = |msg: String| {
@@ -104,7 +107,8 @@ pub fn attention_kv(
         && k.data.len() >= k.ty.bytes(n_kv * n_kv_head * hd)
         && v.data.len() >= v.ty.bytes(n_kv * n_kv_head * hd)
         && q_pos0 + n_q <= n_kv
-        && window != Some(0);
+        && window != Some(0)
+        && softcap.is_none_or(|c| c > 0.0 && c.is_finite());
     if !ok {
         return Err(bad("shapes do not match".into()));
     }
@@ -145,6 +149,9 @@ pub fn attention_kv(
                     *s = scale * dot(qh, buf);
                 }
             }
+        }
+        if let Some(c) = softcap {
+            super::ops::softcap(scores, c);
         }
         super::ops::softmax(scores);
         match vf {

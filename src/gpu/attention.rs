@@ -85,6 +85,8 @@ pub struct AttentionConfig {
     pub kv: KvTypes,
     /// a sliding-window layer's window: each query sees its last `window` positions
     pub window: Option<usize>,
+    /// scores become `c * tanh(score / c)` before the softmax (gemma2)
+    pub softcap: Option<f32>,
 }
 
 /// Bytes of a KV cache buffer of `values` values of type `ty`: the type's layout, rounded up
@@ -410,6 +412,14 @@ impl Kernels {
                 Some(0) => return Err(Error::Gpu("attention: a window of 0 positions".into())),
                 Some(w) => to_u32(w, "window")?,
             },
+            softcap: match cfg.softcap {
+                None => 0.0,
+                Some(c) if c > 0.0 && c.is_finite() => c,
+                Some(c) => return Err(Error::Gpu(format!("attention: soft-cap {c}"))),
+            },
+            pad0: 0,
+            pad1: 0,
+            pad2: 0,
         };
         let max = self.max_groups_per_dim;
         match path {
@@ -553,6 +563,7 @@ mod tests {
             n_ctx: 1000,
             kv: KvTypes::F32,
             window: None,
+            softcap: None,
         };
         // ceil(1000 / 256) = 4 chunks of (64 + 4) f32 per (token, head)
         assert_eq!(split_scratch_len(&cfg, 2, 256), 2 * 9 * 4 * 68);

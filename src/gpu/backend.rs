@@ -326,6 +326,7 @@ fn attention_config(m: &GpuModel, layer: usize, n_ctx: usize, kv: KvTypes) -> At
         n_ctx,
         kv,
         window: cfg.window(layer),
+        softcap: cfg.attn_logit_softcap,
     }
 }
 

@@ -189,6 +189,11 @@ pub struct AttentionParams {
     pub quant: u32,
     /// sliding window: a query at position p sees keys p - window + 1 ..= p; 0 = no window
     pub window: u32,
+    /// scores become softcap * tanh(score / softcap) before the softmax; 0 = no cap (gemma2)
+    pub softcap: f32,
+    pub pad0: u32,
+    pub pad1: u32,
+    pub pad2: u32,
 }
 
 /// Uniform parameters of `shaders/bandwidth.wgsl` (`struct ProbeParams`).
@@ -261,6 +266,6 @@ const _: () = assert!(std::mem::size_of::<RowParams>() == 16);
 const _: () = assert!(std::mem::size_of::<EmbeddingParams>() == 32);
 const _: () = assert!(std::mem::size_of::<BiasParams>() == 16);
 const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 32);
-const _: () = assert!(std::mem::size_of::<AttentionParams>() == 48);
+const _: () = assert!(std::mem::size_of::<AttentionParams>() == 64);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
 const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 64);

@@ -174,6 +174,7 @@ fn runtime(s: &Shape, n_ctx: usize) -> (u64, u64, u64, u64) {
         n_ctx,
         kv: crate::kv_type::KvTypes::F32,
         window: None,
+        softcap: None,
     };
     // Split-attention partials: [min(batch, 4), n_head, ceil(n_ctx / chunk), head_dim + 4].
     let att = f(attention_scratch_len(

@@ -1,6 +1,6 @@
 //! A llama-family forward pass built from kernels-ref's reference ops alone: the oracle the
 //! engine's forward pass is compared with. It follows llama.cpp's graphs for each difference
-//! the config names (src/models/qwen3.cpp, gemma3.cpp, smollm3.cpp, phi3.cpp), reading the
+//! the config names (src/models/qwen3.cpp, gemma2.cpp, gemma3.cpp, smollm3.cpp, phi3.cpp), reading the
 //! file's tensors as stored (phi3's fused `attn_qkv` and stacked gate/up `ffn_up` included).
 
 use memwall::config::{Config, FfnAct, RopeKind};
@@ -125,7 +125,9 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
         let mut att = vec![0f32; n * qd];
         let (nh, nkv, hd, w) = (c.n_head, c.n_head_kv, c.head_dim, c.window(l));
         let scale = c.attn_scale;
-        kernels_ref::attention_window(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, w, &mut att);
+        // gemma2: soft-capped scores.
+        let cap = c.attn_logit_softcap;
+        kernels_ref::attention_capped(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, w, cap, &mut att);
         let mut o = matmul(g, &p("attn_output.weight"), &att, n);
         if c.post_norms {
             let r = o.clone();

@@ -52,6 +52,39 @@ pub fn attention_window(
     window: Option<usize>,
     out: &mut [f32],
 ) {
+    attention_capped(
+        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, None, out,
+    )
+}
+
+/// [`attention_window`] whose scores, with `softcap = Some(c)`, become `c * tanh(s / c)`
+/// before the softmax, `s` being the scaled `q . k` (gemma2's attention logit soft-capping:
+/// llama.cpp's `build_attn_mha` in src/llama-graph.cpp scales `kq` by 1/c, takes `tanh` and
+/// scales by c, on Q already multiplied by the attention scale).
+///
+/// # Panics
+/// As [`attention_window`], and on a cap that is not a positive number.
+#[allow(clippy::too_many_arguments)]
+pub fn attention_capped(
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    n_q: usize,
+    n_kv: usize,
+    n_head: usize,
+    n_kv_head: usize,
+    hd: usize,
+    q_pos0: usize,
+    scale: f32,
+    window: Option<usize>,
+    softcap: Option<f32>,
+    out: &mut [f32],
+) {
+    assert!(
+        softcap.is_none_or(|c| c > 0.0 && c.is_finite()),
+        "attention: soft-cap {softcap:?}"
+    );
+    let cap = softcap.map(f64::from);
     assert!(window != Some(0), "attention: a window of 0 keys");
     assert_eq!(
         q.len(),
@@ -99,7 +132,10 @@ pub fn attention_window(
                     .zip(kv)
                     .map(|(&a, &b)| f64::from(a) * f64::from(b))
                     .sum();
-                *s = dot * scale;
+                *s = match cap {
+                    Some(c) => c * (dot * scale / c).tanh(),
+                    None => dot * scale,
+                };
             }
             softmax_f64(&mut scores[first..n_keys]);
             acc.fill(0.0);

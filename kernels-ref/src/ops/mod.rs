@@ -16,7 +16,7 @@ mod rmsnorm;
 mod rope;
 mod softmax;
 
-pub use attention::{attention, attention_window};
+pub use attention::{attention, attention_capped, attention_window};
 pub use elementwise::{add, geglu, gelu_tanh, silu, softcap, swiglu};
 pub use embedding::embedding;
 pub use matmul::matmul;

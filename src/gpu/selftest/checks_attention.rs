@@ -96,6 +96,7 @@ impl Problem {
             n_ctx: pos0 + n + SPARE_ROWS,
             kv,
             window: None,
+            softcap: None,
         };
         let mut rng = Rng(0xa77e ^ ((n_head * 131 + hd) * 7919 + n * 31 + pos0) as u64);
         let row = n_head_kv * hd;
@@ -389,6 +390,7 @@ pub(super) fn kv_store(
             n_ctx: pos0 + n + SPARE_ROWS,
             kv: KvTypes { k: ty, v: ty },
             window: None,
+            softcap: None,
         };
         let row = nkv * hd;
         let mut rng = Rng(0x57 ^ (row * 977 + n * 31 + pos0) as u64);
