@@ -1,5 +1,5 @@
 //! Prefix reuse and prompt cache files (`crate::engine::prompt_cache`): a restored prefix gives the
-//! same output as evaluating the prompt; files from another model, with other KV types,
+//! same output as evaluating the prompt (also on sliding-window and LongRoPE models); files from another model, with other KV types,
 //! truncated, corrupt, or with trailing bytes are refused with typed errors (never a panic)
 //! and leave the session untouched; a failed save keeps the existing file.
 
@@ -7,7 +7,7 @@ mod common;
 
 use std::path::PathBuf;
 
-use common::kv::{greedy, load, random_ids, synth_model};
+use common::kv::{greedy, load, random_ids, synth_model, synth_model_arch, GEMMA3_WINDOW};
 use memwall::engine::prompt_cache::{hash64, PromptCache, PromptCacheError};
 use memwall::engine::Session;
 use memwall::model::Logits;
@@ -74,6 +74,42 @@ fn restored_and_reused_prefixes_give_identical_output() {
     d.eval(&[prompt[0]], Logits::None).unwrap();
     let full: Vec<u32> = d.tokens().to_vec();
     assert_eq!(d.reuse_prefix(&full), full.len() - 1);
+}
+
+/// On gemma3 (sliding-window blocks, a window much shorter than the prompt) and phi3 (LongRoPE,
+/// partial rotary, fused tensors), on the CPU and the GPU: a prefix restored from a file and
+/// one reused in its session give the greedy ids of evaluating the whole prompt.
+#[test]
+fn restored_prefixes_on_sliding_window_and_longrope_models() {
+    for (arch, n_layer) in [("gemma3", 6), ("phi3", 2)] {
+        let path = synth_model_arch(n_layer, 21, arch);
+        for gpu in [false, true] {
+            let model = load(&path, gpu, false);
+            let n_vocab = model.config().n_vocab;
+            let prompt = random_ids(40, n_vocab, 3);
+            assert!(prompt.len() > 6 * GEMMA3_WINDOW as usize);
+            let mut s = model.session(96).unwrap();
+            let want = greedy(&mut s, &prompt, 12).generated_ids;
+            let file = temp(&format!("{arch}-{gpu}"));
+            let mut a = model.session(96).unwrap();
+            a.eval(&prompt[..31], Logits::None).unwrap();
+            a.save_prompt_cache(&file).unwrap();
+            let mut b = model.session(96).unwrap();
+            let cache = PromptCache::load(&file, &b).unwrap();
+            let r = b.restore_prefix(&cache, &prompt).unwrap();
+            assert_eq!(r, 31);
+            let got = greedy(&mut b, &prompt[r..], 12).generated_ids;
+            assert_eq!(got, want, "{arch} gpu={gpu}: restored prefix");
+            let mut c = model.session(96).unwrap();
+            c.eval(&prompt[..17], Logits::None).unwrap();
+            c.eval(&random_ids(9, n_vocab, 4), Logits::None).unwrap();
+            let r = c.reuse_prefix(&prompt);
+            assert_eq!(r, 17);
+            let got = greedy(&mut c, &prompt[r..], 12).generated_ids;
+            assert_eq!(got, want, "{arch} gpu={gpu}: reused prefix");
+            std::fs::remove_file(&file).ok();
+        }
+    }
 }
 
 /// Files made for another model (same shape, other weights; another shape) are refused.
