@@ -317,17 +317,14 @@ pub fn shift_kv_host<B: Backend + ?Sized>(
         // A NoPE block's keys carry no position: moving them is the whole shift.
         return b.write_kv(layer, &k, &v);
     }
+    // `cfg` is the session's (`Config::for_context`): its factors are the context's.
     crate::cpu::rope_shift(
         &mut k[s.keep * kv_dim..],
         n_new - s.keep,
         cfg.n_head_kv,
         cfg.head_dim,
-        cfg.n_rot,
         -(s.discard as i64),
-        cfg.rope_of(layer).0,
-        cfg.rope_of(layer).1,
-        cfg.rope_freq_factors.as_deref(),
-        cfg.rope_kind == crate::config::RopeKind::Neox,
+        &cfg.rotation(layer, 0),
     )?;
     b.write_kv(layer, &k, &v)
 }

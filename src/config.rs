@@ -7,6 +7,7 @@
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
+use kernels_ref::Rotation;
 
 /// How RoPE pairs the dimensions of a head.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -540,11 +541,26 @@ impl Config {
     }
 
     /// This configuration as a context of `n_ctx` positions runs it: `rope_freq_factors`
-    /// holds `rope_factors(n_ctx)`.
+    /// holds `rope_factors(n_ctx)`, and that choice is made (no LongRoPE pair is left).
     pub fn for_context(&self, n_ctx: usize) -> Config {
         let mut c = self.clone();
         c.rope_freq_factors = self.rope_factors(n_ctx).map(<[f32]>::to_vec);
+        c.long_rope = None;
         c
+    }
+
+    /// Block `l`'s RoPE in a context of `n_ctx` positions: its base and position scale, the
+    /// frequency factors for that context, the attention factor and the pairing.
+    pub fn rotation(&self, l: usize, n_ctx: usize) -> Rotation<'_> {
+        let (freq_base, freq_scale) = self.rope_of(l);
+        Rotation {
+            n_rot: self.n_rot,
+            freq_base,
+            freq_scale,
+            factors: self.rope_factors(n_ctx),
+            mscale: self.rope_attn_factor,
+            neox: self.rope_kind == RopeKind::Neox,
+        }
     }
 
     /// Splits the fused projections some files store into the tensors the forward pass

@@ -6,12 +6,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::backend::{Backend, WeightId};
-use crate::config::{Config, RopeKind};
+use crate::config::Config;
 use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
 use crate::memory::Slot;
+use kernels_ref::AttnScores;
 
 mod f32act;
 mod kv;
@@ -455,20 +456,14 @@ impl Backend for CpuBackend {
         pos0: usize,
     ) -> Result<()> {
         let c = &self.cfg;
-        let (base, scale) = c.rope_of(layer);
         crate::cpu::rope_tokens_cached(
             &mut self.rope_cache[usize::from(c.window(layer).is_some())],
             &mut x[..n * n_heads * c.head_dim],
             n,
             n_heads,
             c.head_dim,
-            c.n_rot,
             pos0,
-            base,
-            scale,
-            c.rope_factors(self.n_ctx),
-            c.rope_attn_factor,
-            c.rope_kind == RopeKind::Neox,
+            &c.rotation(layer, self.n_ctx),
         )
     }
 
@@ -521,9 +516,7 @@ impl Backend for CpuBackend {
             n_kv,
             hd,
             pos0,
-            scale,
-            window,
-            softcap,
+            AttnScores::new(scale).window(window).softcap(softcap),
             &mut out[..n * n_head * hd],
         )
     }

@@ -3,6 +3,7 @@
 mod common;
 
 use common::{random_weights, Rng};
+use kernels_ref::{AttnScores, Rotation};
 use memwall::cpu;
 use memwall::GgmlType;
 
@@ -47,11 +48,12 @@ fn rope_normal_and_neox_with_partial_rotation() {
         for (n_rot, fs) in [(16, 1.0), (8, 1.0), (16, 0.25)] {
             let x = rng.activations(n_tok * nh * hd);
             let mut got = x.clone();
-            cpu::rope_tokens(&mut got, n_tok, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
+            let r = Rotation::new(n_rot, 10000.0, neox).scaled(fs);
+            cpu::rope_tokens(&mut got, n_tok, nh, hd, pos0, &r).unwrap();
             for t in 0..n_tok {
                 let xt = &x[t * nh * hd..(t + 1) * nh * hd];
                 let mut want = xt.to_vec();
-                kernels_ref::rope(&mut want, nh, hd, n_rot, pos0 + t, 10000.0, fs, neox);
+                kernels_ref::rope(&mut want, nh, hd, pos0 + t, &r);
                 let want = wide(&want);
                 let g = &got[t * nh * hd..(t + 1) * nh * hd];
                 // Angles up to ~1000 rad rounded to f32 cos/sin: ~1e-7 relative per term.
@@ -63,7 +65,7 @@ fn rope_normal_and_neox_with_partial_rotation() {
                 );
             }
             let mut one = x[..nh * hd].to_vec();
-            cpu::rope(&mut one, nh, hd, n_rot, pos0, 10000.0, fs, neox).unwrap();
+            cpu::rope(&mut one, nh, hd, pos0, &r).unwrap();
             assert_eq!(
                 one,
                 got[..nh * hd],
@@ -103,30 +105,18 @@ fn rope_with_llama3_frequency_factors() {
     assert!(ff.contains(&1.0) && ff.contains(&8.0));
     assert!(ff.iter().any(|&f| f > 1.0 && f < 8.0), "{ff:?}");
     for neox in [false, true] {
+        let plain_r = Rotation::new(hd, base, neox);
+        let r = plain_r.with_factors(Some(&ff));
         let x = rng.activations(n_tok * nh * hd);
         let mut got = x.clone();
         let mut cache = cpu::RopeCache::default();
-        cpu::rope_tokens_cached(
-            &mut cache,
-            &mut got,
-            n_tok,
-            nh,
-            hd,
-            hd,
-            pos0,
-            base,
-            1.0,
-            Some(&ff),
-            1.0,
-            neox,
-        )
-        .unwrap();
+        cpu::rope_tokens_cached(&mut cache, &mut got, n_tok, nh, hd, pos0, &r).unwrap();
         let mut plain = x.clone();
-        cpu::rope_tokens(&mut plain, n_tok, nh, hd, hd, pos0, base, 1.0, neox).unwrap();
+        cpu::rope_tokens(&mut plain, n_tok, nh, hd, pos0, &plain_r).unwrap();
         assert_ne!(got, plain, "the factors change the low-frequency pairs");
         for t in 0..n_tok {
             let mut want = x[t * nh * hd..(t + 1) * nh * hd].to_vec();
-            kernels_ref::rope_ext(&mut want, nh, hd, hd, pos0 + t, base, 1.0, Some(&ff), neox);
+            kernels_ref::rope(&mut want, nh, hd, pos0 + t, &r);
             let g = &got[t * nh * hd..(t + 1) * nh * hd];
             assert_close(
                 g,
@@ -138,36 +128,10 @@ fn rope_with_llama3_frequency_factors() {
         // A context shift by -delta with the same factors lands on the rotation at pos0 - delta.
         let delta = 1234;
         let mut shifted = got.clone();
-        cpu::rope_shift(
-            &mut shifted,
-            n_tok,
-            nh,
-            hd,
-            hd,
-            -delta,
-            base,
-            1.0,
-            Some(&ff),
-            neox,
-        )
-        .unwrap();
+        cpu::rope_shift(&mut shifted, n_tok, nh, hd, -delta, &r).unwrap();
         let mut direct = x.clone();
         let p = pos0 - delta as usize;
-        cpu::rope_tokens_cached(
-            &mut cpu::RopeCache::default(),
-            &mut direct,
-            n_tok,
-            nh,
-            hd,
-            hd,
-            p,
-            base,
-            1.0,
-            Some(&ff),
-            1.0,
-            neox,
-        )
-        .unwrap();
+        cpu::rope_tokens(&mut direct, n_tok, nh, hd, p, &r).unwrap();
         assert_close(
             &shifted,
             &wide(&direct),
@@ -176,22 +140,9 @@ fn rope_with_llama3_frequency_factors() {
         );
     }
     let mut x = rng.activations(nh * hd);
-    let short = &ff[1..];
+    let short = Rotation::new(hd, base, false).with_factors(Some(&ff[1..]));
     let mut cache = cpu::RopeCache::default();
-    let r = cpu::rope_tokens_cached(
-        &mut cache,
-        &mut x,
-        1,
-        nh,
-        hd,
-        hd,
-        0,
-        base,
-        1.0,
-        Some(short),
-        1.0,
-        false,
-    );
+    let r = cpu::rope_tokens_cached(&mut cache, &mut x, 1, nh, hd, 0, &short);
     assert!(r.is_err(), "a factor list of the wrong length is an error");
 }
 
@@ -205,42 +156,19 @@ fn rope_with_longrope_factors_and_attention_factor() {
     let ff: Vec<f32> = (0..n_rot / 2).map(|i| 1.0 + i as f32 * 0.7).collect();
     let x = rng.activations(n_tok * nh * hd);
     for neox in [false, true] {
+        let r = Rotation {
+            mscale,
+            ..Rotation::new(n_rot, base, neox).with_factors(Some(&ff))
+        };
         let rotate = |p0: usize| {
             let mut y = x.clone();
-            let c = &mut cpu::RopeCache::default();
-            cpu::rope_tokens_cached(
-                c,
-                &mut y,
-                n_tok,
-                nh,
-                hd,
-                n_rot,
-                p0,
-                base,
-                1.0,
-                Some(&ff),
-                mscale,
-                neox,
-            )
-            .unwrap();
+            cpu::rope_tokens(&mut y, n_tok, nh, hd, p0, &r).unwrap();
             y
         };
         let got = rotate(pos0);
         for t in 0..n_tok {
             let mut want = x[t * nh * hd..(t + 1) * nh * hd].to_vec();
-            let p = pos0 + t;
-            kernels_ref::rope_scaled(
-                &mut want,
-                nh,
-                hd,
-                n_rot,
-                p,
-                base,
-                1.0,
-                Some(&ff),
-                mscale,
-                neox,
-            );
+            kernels_ref::rope(&mut want, nh, hd, pos0 + t, &r);
             let g = &got[t * nh * hd..(t + 1) * nh * hd];
             assert_close(
                 g,
@@ -256,19 +184,7 @@ fn rope_with_longrope_factors_and_attention_factor() {
         }
         let mut shifted = got.clone();
         let delta = 300;
-        cpu::rope_shift(
-            &mut shifted,
-            n_tok,
-            nh,
-            hd,
-            n_rot,
-            -delta,
-            base,
-            1.0,
-            Some(&ff),
-            neox,
-        )
-        .unwrap();
+        cpu::rope_shift(&mut shifted, n_tok, nh, hd, -delta, &r).unwrap();
         let direct = rotate(pos0 - delta as usize);
         assert_close(&shifted, &wide(&direct), 1e-5, "shift keeps the scale");
     }
@@ -349,15 +265,15 @@ fn causal_gqa_attention_prefill_and_decode() {
         let q = rng.activations(n_q * n_head * hd);
         let k = rng.activations(cap * n_kv_head * hd);
         let v = rng.activations(cap * n_kv_head * hd);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let sc = AttnScores::new(1.0 / (hd as f32).sqrt()).window(window);
         let mut out = vec![f32::NAN; q.len()];
         cpu::attention(
-            &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, &mut out,
+            &q, &k, &v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, sc, &mut out,
         )
         .unwrap();
         let kv = n_kv * n_kv_head * hd; // kernels-ref takes exactly [n_kv, n_kv_head, hd]
         let mut want = vec![0f32; q.len()];
-        kernels_ref::attention_window(
+        kernels_ref::attention(
             &q,
             &k[..kv],
             &v[..kv],
@@ -367,8 +283,7 @@ fn causal_gqa_attention_prefill_and_decode() {
             n_kv_head,
             hd,
             q_pos0,
-            scale,
-            window,
+            sc,
             &mut want,
         );
         let want = wide(&want);
@@ -385,7 +300,20 @@ fn causal_gqa_attention_prefill_and_decode() {
     let q = vec![0f32; 24];
     let kv = vec![0f32; 2 * 24];
     assert!(
-        cpu::attention(&q, &kv, &kv, 1, 3, 1, 1, 24, 2, 1.0, None, &mut out).is_err(),
+        cpu::attention(
+            &q,
+            &kv,
+            &kv,
+            1,
+            3,
+            1,
+            1,
+            24,
+            2,
+            AttnScores::new(1.0),
+            &mut out
+        )
+        .is_err(),
         "k too short"
     );
 }

@@ -41,22 +41,8 @@ fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
     // Block l's RoPE (its own base in a sliding-window block; phi3's LongRoPE factors for
     // this context and its attention factor).
     let rope = |l: usize, x: &mut [f32], n: usize, pos0: usize| {
-        let (base, scale) = cfg.rope_of(l);
-        memwall::cpu::rope_tokens_cached(
-            &mut memwall::cpu::RopeCache::default(),
-            x,
-            n,
-            cfg.n_head_kv,
-            cfg.head_dim,
-            cfg.n_rot,
-            pos0,
-            base,
-            scale,
-            cfg.rope_factors(64),
-            cfg.rope_attn_factor,
-            cfg.rope_kind == RopeKind::Neox,
-        )
-        .unwrap()
+        let r = cfg.rotation(l, 64);
+        memwall::cpu::rope_tokens(x, n, cfg.n_head_kv, cfg.head_dim, pos0, &r).unwrap()
     };
     let unit = |seed: u64, n: usize| -> Vec<f32> {
         random_ids(n, 1 << 20, seed)

@@ -191,7 +191,7 @@ impl Case {
         let k = rng.values((pos0 + n) * row, 1.0);
         let v = rng.values((pos0 + n) * row, 1.0);
         let mut want = vec![0.0; q.len()];
-        kernels_ref::attention_capped(
+        kernels_ref::attention(
             &q,
             &k,
             &v,
@@ -201,9 +201,9 @@ impl Case {
             n_head_kv,
             hd,
             pos0,
-            cfg.scale,
-            window,
-            softcap,
+            kernels_ref::AttnScores::new(cfg.scale)
+                .window(window)
+                .softcap(softcap),
             &mut want,
         );
         let tol = tolerance(&q, &k, &v, &want, n, &cfg, pos0);

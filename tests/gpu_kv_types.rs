@@ -109,7 +109,7 @@ fn gpu_store_and_attention_match_kernels_ref_for_every_type_pair() {
                 cfg.n_head_kv,
                 hd,
                 pos0,
-                scale,
+                kernels_ref::AttnScores::new(scale),
                 &mut want,
             );
             // A wiring check (types, buffers, paths): a wrongly decoded cache is off by O(0.1)

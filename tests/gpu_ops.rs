@@ -107,10 +107,11 @@ fn rope_matches_kernels_ref() {
             let x = rng.values(n, 2.0);
             let mut want = x.clone();
             for (t, tok) in want.chunks_exact_mut(n_heads * head_dim).enumerate() {
-                let p = pos0 + t;
-                kernels_ref::rope_scaled(
-                    tok, n_heads, head_dim, n_rot, p, base, scale, None, mscale, neox,
-                );
+                let r = kernels_ref::Rotation {
+                    mscale,
+                    ..kernels_ref::Rotation::new(n_rot, base, neox).scaled(scale)
+                };
+                kernels_ref::rope(tok, n_heads, head_dim, pos0 + t, &r);
             }
             // Tolerance for element j of pair (a, b) at angle theta = pos * f_i: the shader's
             // f_i is the f32 rounding of the exact frequency (relative error u) and pos * f_i

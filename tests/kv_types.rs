@@ -4,6 +4,7 @@
 
 mod common;
 
+use kernels_ref::AttnScores;
 use std::sync::Arc;
 
 use common::Rng;
@@ -105,9 +106,9 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                 let kd = kernels_ref::dequantize_vec(kt.ggml_type(), &kq, k.len()).unwrap();
                 let vd = kernels_ref::dequantize_vec(vt.ggml_type(), &vq, v.len()).unwrap();
                 let mut want = vec![0f32; q.len()];
-                kernels_ref::attention_capped(
-                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, softcap,
-                    &mut want,
+                let sc = AttnScores::new(scale).window(window).softcap(softcap);
+                kernels_ref::attention(
+                    &q, &kd, &vd, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, sc, &mut want,
                 );
                 let mut got = vec![0f32; q.len()];
                 attention_kv(
@@ -120,9 +121,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                     n_kv_head,
                     hd,
                     q_pos0,
-                    scale,
-                    window,
-                    softcap,
+                    sc,
                     &mut got,
                 )
                 .unwrap();
@@ -153,9 +152,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
         1,
         48,
         0,
-        1.0,
-        None,
-        None,
+        AttnScores::new(1.0),
         &mut [0f32; 48],
     )
     .unwrap_err()

@@ -10,6 +10,7 @@
 use super::ops::dot;
 use crate::kv_type::KvType;
 use crate::{Error, Result};
+use kernels_ref::AttnScores;
 
 /// A KV cache (keys or values) as stored: `data` holds at least `n_kv` rows of `n_kv_head * hd`
 /// values in type `ty`'s layout.
@@ -19,8 +20,9 @@ pub struct KvView<'a> {
     pub ty: KvType,
 }
 
-/// out[i, h, :] = Σ_j softmax_j(scale · q[i, h] · k[j, g]) v[j, g] with g = h / (n_head /
-/// n_kv_head), over keys j = 0..=q_pos0 + i (causal), for f32 caches.
+/// out[i, h, :] = Σ_j softmax_j(cap(scale · q[i, h] · k[j, g])) v[j, g] with g = h / (n_head /
+/// n_kv_head), over keys j = 0..=q_pos0 + i (causal; the last `s.window` of them), for f32
+/// caches: kernels-ref's `attention`.
 ///
 /// `q`: [n_q, n_head, hd]; `k`, `v`: at least [n_kv, n_kv_head, hd] (extra capacity is ignored);
 /// `out`: [n_q, n_head, hd]. Requires q_pos0 + n_q <= n_kv. Threads split the (query, head) pairs.
@@ -35,8 +37,7 @@ pub fn attention(
     n_kv_head: usize,
     hd: usize,
     q_pos0: usize,
-    scale: f32,
-    window: Option<usize>,
+    s: AttnScores,
     out: &mut [f32],
 ) -> Result<()> {
     let k = KvView {
@@ -47,9 +48,7 @@ pub fn attention(
         data: bytemuck::cast_slice(v),
         ty: KvType::F32,
     };
-    attention_kv(
-        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, None, out,
-    )
+    attention_kv(q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, s, out)
 }
 
 /// The float format whose cache rows the AVX2 scan reads directly (F16 widened by F16C, 8
@@ -68,8 +67,6 @@ fn simd_format(ty: KvType) -> Option<super::FloatFormat> {
 
 /// [`attention`] over caches of any type: each key (value) head slice is decoded from its
 /// blocks when the scan reaches it. Requires hd to be a whole number of blocks of both types.
-/// With `softcap = Some(c)` the scaled scores become c tanh(s / c) before the softmax
-/// (gemma2; kernels-ref's `attention_capped`).
 #[allow(clippy::too_many_arguments)]
 pub fn attention_kv(
     q: &[f32],
@@ -81,11 +78,14 @@ pub fn attention_kv(
     n_kv_head: usize,
     hd: usize,
     q_pos0: usize,
-    scale: f32,
-    window: Option<usize>,
-    softcap: Option<f32>,
+    s: AttnScores,
     out: &mut [f32],
 ) -> Result<()> {
+    let AttnScores {
+        scale,
+        window,
+        softcap,
+    } = s;
     let bad = |msg: String| {
         Error::InvalidArgument(format!(
             "attention: {msg} (q {} out {} k {} bytes of {} v {} bytes of {} for n_q {n_q} n_kv \

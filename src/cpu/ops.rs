@@ -8,6 +8,7 @@ use super::scalar::float_at;
 use super::FloatFormat;
 use crate::config::FfnAct;
 use crate::{Error, GgmlType, Result};
+use kernels_ref::Rotation;
 
 fn len_err(what: &str, detail: String) -> Error {
     Error::InvalidArgument(format!("{what}: {detail}"))
@@ -64,81 +65,68 @@ pub fn rms_norm(x: &[f32], weight: &[f32], eps: f32, out: &mut [f32]) -> Result<
     Ok(())
 }
 
-/// Rotary embedding in place for one token at position `pos`. `x` is [n_heads, head_dim]; the
-/// first `n_rot` dims of each head rotate by θ_i = pos · freq_scale · freq_base^(-2i/n_rot).
-/// Normal mode rotates pairs (2i, 2i+1); NeoX mode rotates (i, i + n_rot/2).
-#[allow(clippy::too_many_arguments)]
+/// Rotary embedding in place for one token at position `pos`: `x` is [n_heads, head_dim],
+/// rotated as `r` says (kernels-ref's `rope`, in f32 with angles from f64).
 pub fn rope(
     x: &mut [f32],
     n_heads: usize,
     head_dim: usize,
-    n_rot: usize,
     pos: usize,
-    freq_base: f32,
-    freq_scale: f32,
-    neox: bool,
+    r: &Rotation,
 ) -> Result<()> {
-    rope_tokens(
-        x, 1, n_heads, head_dim, n_rot, pos, freq_base, freq_scale, neox,
-    )
+    rope_tokens(x, 1, n_heads, head_dim, pos, r)
 }
 
 /// `rope` for `n_tokens` consecutive tokens at positions pos0, pos0+1, ...; `x` is
 /// [n_tokens, n_heads, head_dim]. cos/sin are computed once per token (in f64, then rounded)
 /// and applied to every head.
-#[allow(clippy::too_many_arguments)]
 pub fn rope_tokens(
     x: &mut [f32],
     n_tokens: usize,
     n_heads: usize,
     head_dim: usize,
-    n_rot: usize,
     pos0: usize,
-    freq_base: f32,
-    freq_scale: f32,
-    neox: bool,
+    r: &Rotation,
 ) -> Result<()> {
-    let cache = &mut RopeCache::default();
     rope_tokens_cached(
-        cache, x, n_tokens, n_heads, head_dim, n_rot, pos0, freq_base, freq_scale, None, 1.0, neox,
+        &mut RopeCache::default(),
+        x,
+        n_tokens,
+        n_heads,
+        head_dim,
+        pos0,
+        r,
     )
 }
 
 /// Rotates every token of x: [n_tokens, n_heads, head_dim] by `delta` positions (the same
 /// angle for all of them): a context shift moves cached keys from position p to p + delta
-/// (delta < 0) this way, RoPE rotations composing by adding angles.
-#[allow(clippy::too_many_arguments)]
+/// (delta < 0) this way, RoPE rotations composing by adding angles. `r.mscale` is not applied:
+/// the keys carry it from their first rotation.
 pub fn rope_shift(
     x: &mut [f32],
     n_tokens: usize,
     n_heads: usize,
     head_dim: usize,
-    n_rot: usize,
     delta: i64,
-    freq_base: f32,
-    freq_scale: f32,
-    factors: Option<&[f32]>,
-    neox: bool,
+    r: &Rotation,
 ) -> Result<()> {
     let g = RopeGeom {
         n_tokens,
         n_heads,
         head_dim,
-        n_rot,
+        n_rot: r.n_rot,
     };
-    rope_span(
-        x,
-        g,
-        delta as f64,
-        0.0,
-        freq_base,
-        freq_scale,
-        factors,
-        neox,
-    )
+    check_rope(x, g)?;
+    check_factors(r)?;
+    let mut table = Vec::new();
+    let once = Rotation { mscale: 1.0, ..*r };
+    rope_table(&mut table, n_tokens, delta as f64, 0.0, &once);
+    rope_apply(x, g, &table, r.neox);
+    Ok(())
 }
 
-/// The shape `rope_span` rotates.
+/// The shape a rotation applies to.
 #[derive(Clone, Copy)]
 struct RopeGeom {
     n_tokens: usize,
@@ -147,70 +135,37 @@ struct RopeGeom {
     n_rot: usize,
 }
 
-/// RoPE with token t at position p0 + t * step (step 1: consecutive tokens; 0: one shift).
-#[allow(clippy::too_many_arguments)]
-fn rope_span(
-    x: &mut [f32],
-    g: RopeGeom,
-    p0: f64,
-    step: f64,
-    freq_base: f32,
-    freq_scale: f32,
-    factors: Option<&[f32]>,
-    neox: bool,
-) -> Result<()> {
-    check_rope(x, g)?;
-    check_factors(factors, g.n_rot)?;
-    let mut table = Vec::new();
-    // A shift composes a rotation with keys already scaled: no mscale again.
-    rope_table(
-        &mut table, g.n_tokens, g.n_rot, p0, step, freq_base, freq_scale, factors, 1.0,
-    );
-    rope_apply(x, g, &table, neox);
-    Ok(())
-}
-
 /// Per-pair frequency factors must be one per rotated pair.
-fn check_factors(factors: Option<&[f32]>, n_rot: usize) -> Result<()> {
-    match factors {
-        Some(f) if f.len() != n_rot / 2 => Err(Error::InvalidArgument(format!(
-            "rope: {} frequency factors for {n_rot} rotated dimensions",
-            f.len()
+fn check_factors(r: &Rotation) -> Result<()> {
+    match r.factors {
+        Some(f) if f.len() != r.n_rot / 2 => Err(Error::InvalidArgument(format!(
+            "rope: {} frequency factors for {} rotated dimensions",
+            f.len(),
+            r.n_rot
         ))),
         _ => Ok(()),
     }
 }
 
-/// table: [n_tokens][n_rot / 2] (cos θ, sin θ) of token t's angles, token t at position p0 + t
-/// · step (computed in f64, then rounded). `factors` ([n_rot / 2], Llama 3's `rope_freqs`)
-/// divide each pair's angle, as ggml's `ggml_rope_cache_init` divides theta by `ff`; cos and
-/// sin are multiplied by `mscale` (ggml's `rope_yarn`: `cosf(theta) * mscale`).
-#[allow(clippy::too_many_arguments)]
-fn rope_table(
-    table: &mut Vec<(f32, f32)>,
-    n_tokens: usize,
-    n_rot: usize,
-    p0: f64,
-    step: f64,
-    freq_base: f32,
-    freq_scale: f32,
-    factors: Option<&[f32]>,
-    mscale: f32,
-) {
-    let half = n_rot / 2;
+/// table: [n_tokens][n_rot / 2] (cos θ, sin θ) · mscale of token t's angles, token t at
+/// position p0 + t · step (computed in f64, then rounded; ggml's `rope_yarn` multiplies
+/// `cosf(theta)` by mscale likewise). The factors divide each pair's angle, as ggml's
+/// `ggml_rope_cache_init` divides theta by `ff`.
+fn rope_table(table: &mut Vec<(f32, f32)>, n_tokens: usize, p0: f64, step: f64, r: &Rotation) {
+    let half = r.n_rot / 2;
     // [half] inverse frequencies, shared by all tokens.
     let inv_freq: Vec<f64> = (0..half)
         .map(|i| {
-            let ff = factors.map_or(1.0, |f| f64::from(f[i]));
-            (freq_base as f64).powf(-2.0 * i as f64 / n_rot as f64) / ff
+            let ff = r.factors.map_or(1.0, |f| f64::from(f[i]));
+            f64::from(r.freq_base).powf(-2.0 * i as f64 / r.n_rot as f64) / ff
         })
         .collect();
     table.clear();
     for t in 0..n_tokens {
-        let p = (p0 + t as f64 * step) * freq_scale as f64;
+        let p = (p0 + t as f64 * step) * f64::from(r.freq_scale);
         table.extend(inv_freq.iter().map(|f| {
             let theta = p * f;
-            (theta.cos() as f32 * mscale, theta.sin() as f32 * mscale)
+            (theta.cos() as f32 * r.mscale, theta.sin() as f32 * r.mscale)
         }));
     }
 }
@@ -248,57 +203,39 @@ pub struct RopeCache {
 }
 
 /// `rope_tokens` with the angle table kept in `cache` between calls: the same values, computed
-/// once per (positions, rotation) instead of once per call. `factors` divide the pairs'
-/// angles and `mscale` multiplies the rotated values (LongRoPE's attention factor; 1 for
-/// most models).
-#[allow(clippy::too_many_arguments)]
+/// once per (positions, rotation) instead of once per call.
 pub fn rope_tokens_cached(
     cache: &mut RopeCache,
     x: &mut [f32],
     n_tokens: usize,
     n_heads: usize,
     head_dim: usize,
-    n_rot: usize,
     pos0: usize,
-    freq_base: f32,
-    freq_scale: f32,
-    factors: Option<&[f32]>,
-    mscale: f32,
-    neox: bool,
+    r: &Rotation,
 ) -> Result<()> {
     let g = RopeGeom {
         n_tokens,
         n_heads,
         head_dim,
-        n_rot,
+        n_rot: r.n_rot,
     };
     check_rope(x, g)?;
-    check_factors(factors, n_rot)?;
+    check_factors(r)?;
     let key = (
         pos0,
         n_tokens,
-        n_rot,
-        freq_base.to_bits(),
-        freq_scale.to_bits(),
-        factors.map_or(0, |f| f.as_ptr() as usize),
-        mscale.to_bits(),
+        r.n_rot,
+        r.freq_base.to_bits(),
+        r.freq_scale.to_bits(),
+        r.factors.map_or(0, |f| f.as_ptr() as usize),
+        r.mscale.to_bits(),
     );
     if cache.key != Some(key) {
         cache.key = None;
-        rope_table(
-            &mut cache.table,
-            n_tokens,
-            n_rot,
-            pos0 as f64,
-            1.0,
-            freq_base,
-            freq_scale,
-            factors,
-            mscale,
-        );
+        rope_table(&mut cache.table, n_tokens, pos0 as f64, 1.0, r);
         cache.key = Some(key);
     }
-    rope_apply(x, g, &cache.table, neox);
+    rope_apply(x, g, &cache.table, r.neox);
     Ok(())
 }
 

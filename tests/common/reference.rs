@@ -112,22 +112,28 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
             }
         }
         for i in (0..n).filter(|_| c.uses_rope(l)) {
-            // gemma3's sliding-window blocks have their own base.
-            let (fb, fs) = c.rope_of(l);
-            let qi = &mut q[i * qd..(i + 1) * qd];
-            // phi3: LongRoPE's factors for this context and its attention factor.
-            let (ff, ms) = (c.rope_factors(n_ctx), c.rope_attn_factor);
-            let (nh, nkv, hd, nr) = (c.n_head, c.n_head_kv, c.head_dim, c.n_rot);
-            kernels_ref::rope_scaled(qi, nh, hd, nr, i, fb, fs, ff, ms, neox);
-            let ki = &mut k[i * kd..(i + 1) * kd];
-            kernels_ref::rope_scaled(ki, nkv, hd, nr, i, fb, fs, ff, ms, neox);
+            // gemma3's sliding-window blocks have their own base; phi3 has LongRoPE's factors
+            // for this context and its attention factor.
+            let (freq_base, freq_scale) = c.rope_of(l);
+            let r = kernels_ref::Rotation {
+                n_rot: c.n_rot,
+                freq_base,
+                freq_scale,
+                factors: c.rope_factors(n_ctx),
+                mscale: c.rope_attn_factor,
+                neox,
+            };
+            let (nh, nkv, hd) = (c.n_head, c.n_head_kv, c.head_dim);
+            kernels_ref::rope(&mut q[i * qd..(i + 1) * qd], nh, hd, i, &r);
+            kernels_ref::rope(&mut k[i * kd..(i + 1) * kd], nkv, hd, i, &r);
         }
         let mut att = vec![0f32; n * qd];
         let (nh, nkv, hd, w) = (c.n_head, c.n_head_kv, c.head_dim, c.window(l));
-        let scale = c.attn_scale;
-        // gemma2: soft-capped scores.
-        let cap = c.attn_logit_softcap;
-        kernels_ref::attention_capped(&q, &k, &v, n, n, nh, nkv, hd, 0, scale, w, cap, &mut att);
+        // gemma's sliding windows; gemma2's soft-capped scores.
+        let sc = kernels_ref::AttnScores::new(c.attn_scale)
+            .window(w)
+            .softcap(c.attn_logit_softcap);
+        kernels_ref::attention(&q, &k, &v, n, n, nh, nkv, hd, 0, sc, &mut att);
         let mut o = matmul(g, &p("attn_output.weight"), &att, n);
         if c.post_norms {
             let r = o.clone();

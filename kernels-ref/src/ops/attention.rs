@@ -2,7 +2,52 @@
 
 use super::softmax::softmax_f64;
 
-/// Causal grouped-query attention over all keys so far: [`attention_window`] with no window.
+/// How a query's scores are formed and which keys it sees.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AttnScores {
+    /// Multiplies `q . k` (usually `1 / sqrt(hd)`).
+    pub scale: f32,
+    /// `Some(w)`: a query at position `p` sees only keys `p - w + 1 ..= p` (llama.cpp's
+    /// `is_masked_swa` masks key `p0` for query `p1` when `p1 - p0 >= n_swa`).
+    pub window: Option<usize>,
+    /// `Some(c)`: a scaled score `s` becomes `c * tanh(s / c)` before the softmax (gemma2's
+    /// attention logit soft-capping: llama.cpp's `build_attn_mha` in src/llama-graph.cpp scales
+    /// `kq` by 1/c, takes `tanh` and scales by c, on Q already multiplied by the scale).
+    pub softcap: Option<f32>,
+}
+
+impl AttnScores {
+    /// Scores `scale * q . k` over every earlier key.
+    pub fn new(scale: f32) -> AttnScores {
+        AttnScores {
+            scale,
+            window: None,
+            softcap: None,
+        }
+    }
+    /// The same scores over the last `window` keys (`None`: all).
+    pub fn window(self, window: Option<usize>) -> AttnScores {
+        AttnScores { window, ..self }
+    }
+    /// The same scores soft-capped at `softcap` (`None`: not capped).
+    pub fn softcap(self, softcap: Option<f32>) -> AttnScores {
+        AttnScores { softcap, ..self }
+    }
+}
+
+/// Causal grouped-query attention.
+///
+/// - `q`: `[n_q, n_head, hd]`; query `i` sits at position `q_pos0 + i`.
+/// - `k`, `v`: `[n_kv, n_kv_head, hd]`, key/value `j` at position `j`.
+/// - `out`: `[n_q, n_head, hd]`.
+///
+/// Query `i` attends keys `0..=q_pos0 + i`, or the last `s.window` of them; head `h` uses kv
+/// head `h / (n_head / n_kv_head)`. `out = softmax(cap(s.scale * q . k)) @ v`, all in f64.
+///
+/// # Panics
+/// On shape mismatches (programmer errors): buffer lengths not matching the shapes,
+/// `n_head` not a multiple of `n_kv_head`, a query whose position has no key
+/// (`q_pos0 + n_q > n_kv`), a window of 0 keys or a cap that is not a positive number.
 #[allow(clippy::too_many_arguments)]
 pub fn attention(
     q: &[f32],
@@ -14,72 +59,14 @@ pub fn attention(
     n_kv_head: usize,
     hd: usize,
     q_pos0: usize,
-    scale: f32,
+    s: AttnScores,
     out: &mut [f32],
 ) {
-    attention_window(
-        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, None, out,
-    )
-}
-
-/// Causal grouped-query attention, over the last `window` keys when one is given.
-///
-/// - `q`: `[n_q, n_head, hd]`; query `i` sits at position `q_pos0 + i`.
-/// - `k`, `v`: `[n_kv, n_kv_head, hd]`, key/value `j` at position `j`.
-/// - `out`: `[n_q, n_head, hd]`.
-///
-/// Query `i` attends keys `0..=q_pos0 + i`, or with `window = Some(w)` only the last `w` of
-/// them (`q_pos0 + i + 1 - w ..= q_pos0 + i`: llama.cpp's `is_masked_swa` masks key `p0` for
-/// query `p1` when `p1 - p0 >= n_swa`); head `h` uses kv head `h / (n_head / n_kv_head)`.
-/// `out = softmax(scale * q . k) @ v`, all in f64 (scale usually `1/sqrt(hd)`).
-///
-/// # Panics
-/// On shape mismatches (programmer errors): buffer lengths not matching the shapes,
-/// `n_head` not a multiple of `n_kv_head`, or a query whose position has no key
-/// (`q_pos0 + n_q > n_kv`).
-#[allow(clippy::too_many_arguments)]
-pub fn attention_window(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_q: usize,
-    n_kv: usize,
-    n_head: usize,
-    n_kv_head: usize,
-    hd: usize,
-    q_pos0: usize,
-    scale: f32,
-    window: Option<usize>,
-    out: &mut [f32],
-) {
-    attention_capped(
-        q, k, v, n_q, n_kv, n_head, n_kv_head, hd, q_pos0, scale, window, None, out,
-    )
-}
-
-/// [`attention_window`] whose scores, with `softcap = Some(c)`, become `c * tanh(s / c)`
-/// before the softmax, `s` being the scaled `q . k` (gemma2's attention logit soft-capping:
-/// llama.cpp's `build_attn_mha` in src/llama-graph.cpp scales `kq` by 1/c, takes `tanh` and
-/// scales by c, on Q already multiplied by the attention scale).
-///
-/// # Panics
-/// As [`attention_window`], and on a cap that is not a positive number.
-#[allow(clippy::too_many_arguments)]
-pub fn attention_capped(
-    q: &[f32],
-    k: &[f32],
-    v: &[f32],
-    n_q: usize,
-    n_kv: usize,
-    n_head: usize,
-    n_kv_head: usize,
-    hd: usize,
-    q_pos0: usize,
-    scale: f32,
-    window: Option<usize>,
-    softcap: Option<f32>,
-    out: &mut [f32],
-) {
+    let AttnScores {
+        scale,
+        window,
+        softcap,
+    } = s;
     assert!(
         softcap.is_none_or(|c| c > 0.0 && c.is_finite()),
         "attention: soft-cap {softcap:?}"

@@ -16,13 +16,13 @@ mod rmsnorm;
 mod rope;
 mod softmax;
 
-pub use attention::{attention, attention_capped, attention_window};
+pub use attention::{attention, AttnScores};
 pub use elementwise::{add, geglu, gelu_tanh, silu, softcap, swiglu};
 pub use embedding::embedding;
 pub use matmul::matmul;
 pub use matvec::{dot_f64, matvec};
 pub use rmsnorm::rms_norm;
-pub use rope::{rope, rope_ext, rope_scaled};
+pub use rope::{rope, Rotation};
 pub use softmax::softmax;
 
 #[cfg(test)]

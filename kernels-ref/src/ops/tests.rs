@@ -142,22 +142,22 @@ fn rms_norm_panics_on_shape_mismatch() {
 fn rope_by_hand_and_properties() {
     // One head of dim 4, n_rot 2, pos 1: theta_0 = 1 rad on (0, 1); dims 2, 3 untouched.
     let mut x = [1.0f32, 0.0, 5.0, 6.0];
-    rope(&mut x, 1, 4, 2, 1, 10000.0, 1.0, false);
+    rope(&mut x, 1, 4, 1, &Rotation::new(2, 10000.0, false));
     assert_eq!(x, [1f64.cos() as f32, 1f64.sin() as f32, 5.0, 6.0]);
 
     // n_rot 4, pos 3, base 100: pair 1 turns by 3 * 100^(-2/4) = 0.3 rad.
     let mut x = [0.0f32, 0.0, 2.0, 0.0];
-    rope(&mut x, 1, 4, 4, 3, 100.0, 1.0, false);
+    rope(&mut x, 1, 4, 3, &Rotation::new(4, 100.0, false));
     assert!(close(x[2], (2.0 * 0.3f64.cos()) as f32, 1e-6));
     assert!(close(x[3], (2.0 * 0.3f64.sin()) as f32, 1e-6));
     // Same with neox pairs: pair 1 is dims (1, 3).
     let mut x = [0.0f32, 2.0, 0.0, 0.0];
-    rope(&mut x, 1, 4, 4, 3, 100.0, 1.0, true);
+    rope(&mut x, 1, 4, 3, &Rotation::new(4, 100.0, true));
     assert!(close(x[1], (2.0 * 0.3f64.cos()) as f32, 1e-6));
     assert!(close(x[3], (2.0 * 0.3f64.sin()) as f32, 1e-6));
     // freq_scale 0.5 at pos 6 is pos 3 unscaled.
     let mut y = [0.0f32, 2.0, 0.0, 0.0];
-    rope(&mut y, 1, 4, 4, 6, 100.0, 0.5, true);
+    rope(&mut y, 1, 4, 6, &Rotation::new(4, 100.0, true).scaled(0.5));
     assert_eq!(x, y);
 
     let mut rng = Rng::new(3);
@@ -166,14 +166,14 @@ fn rope_by_hand_and_properties() {
     for neox in [false, true] {
         // Position 0 is the identity.
         let mut x = x0.clone();
-        rope(&mut x, n_heads, hd, hd, 0, 10000.0, 1.0, neox);
+        rope(&mut x, n_heads, hd, 0, &Rotation::new(hd, 10000.0, neox));
         assert_eq!(x, x0);
         // Rotations preserve each head's norm, and compose: rope(a) then rope(b) = rope(a+b).
         let mut a = x0.clone();
-        rope(&mut a, n_heads, hd, 48, 17, 10000.0, 1.0, neox);
-        rope(&mut a, n_heads, hd, 48, 25, 10000.0, 1.0, neox);
+        rope(&mut a, n_heads, hd, 17, &Rotation::new(48, 10000.0, neox));
+        rope(&mut a, n_heads, hd, 25, &Rotation::new(48, 10000.0, neox));
         let mut b = x0.clone();
-        rope(&mut b, n_heads, hd, 48, 42, 10000.0, 1.0, neox);
+        rope(&mut b, n_heads, hd, 42, &Rotation::new(48, 10000.0, neox));
         for h in 0..n_heads {
             let n0: f32 = x0[h * hd..(h + 1) * hd].iter().map(|v| v * v).sum();
             let n1: f32 = b[h * hd..(h + 1) * hd].iter().map(|v| v * v).sum();
@@ -251,9 +251,8 @@ fn attention_window_sees_the_last_keys_only() {
     let v = rng.weights(n_kv * n_kv_head * hd);
     let run = |k: &[f32], v: &[f32], window| {
         let mut out = vec![f32::NAN; q.len()];
-        attention_window(
-            &q, k, v, 4, n_kv, n_head, n_kv_head, hd, 5, 0.5, window, &mut out,
-        );
+        let s = AttnScores::new(0.5).window(window);
+        attention(&q, k, v, 4, n_kv, n_head, n_kv_head, hd, 5, s, &mut out);
         out
     };
     // A window as long as the context changes nothing.
@@ -288,7 +287,8 @@ fn attention_with_one_key_returns_v() {
     let k = rng.weights(n_kv_head * hd);
     let v = rng.weights(n_kv_head * hd);
     let mut out = vec![f32::NAN; n_head * hd];
-    attention(&q, &k, &v, 1, 1, n_head, n_kv_head, hd, 0, 0.35, &mut out);
+    let s = AttnScores::new(0.35);
+    attention(&q, &k, &v, 1, 1, n_head, n_kv_head, hd, 0, s, &mut out);
     // Heads 0, 1 use kv head 0; heads 2, 3 use kv head 1.
     for h in 0..n_head {
         assert_eq!(out[h * hd..(h + 1) * hd], v[(h / 2) * hd..(h / 2 + 1) * hd]);
@@ -303,10 +303,9 @@ fn attention_is_causal_and_matches_softmax_by_hand() {
     let k = rng.weights(n_kv * n_kv_head * hd);
     let v = rng.weights(n_kv * n_kv_head * hd);
     let scale = 0.5f32;
+    let sc = AttnScores::new(scale);
     let mut out = vec![f32::NAN; q.len()];
-    attention(
-        &q, &k, &v, 3, n_kv, n_head, n_kv_head, hd, 2, scale, &mut out,
-    );
+    attention(&q, &k, &v, 3, n_kv, n_head, n_kv_head, hd, 2, sc, &mut out);
 
     // By hand with the public softmax: query i, head h sees keys 0..=2+i.
     for i in 0..3 {
@@ -332,7 +331,7 @@ fn attention_is_causal_and_matches_softmax_by_hand() {
     }
     let mut out2 = vec![f32::NAN; q.len()];
     attention(
-        &q, &k2, &v2, 3, n_kv, n_head, n_kv_head, hd, 2, scale, &mut out2,
+        &q, &k2, &v2, 3, n_kv, n_head, n_kv_head, hd, 2, sc, &mut out2,
     );
     assert_eq!(out[..n_head * hd], out2[..n_head * hd]);
     assert_ne!(out[n_head * hd..], out2[n_head * hd..]);
@@ -351,7 +350,7 @@ fn attention_is_causal_and_matches_softmax_by_hand() {
             n_kv_head,
             hd,
             2 + i,
-            scale,
+            sc,
             &mut one,
         );
         assert_eq!(one, out[i * n_head * hd..(i + 1) * n_head * hd]);
@@ -362,7 +361,37 @@ fn attention_is_causal_and_matches_softmax_by_hand() {
 #[should_panic(expected = "has no key")]
 fn attention_panics_when_a_query_has_no_key() {
     let mut out = [0.0f32; 2];
+    let s = AttnScores::new(1.0);
     attention(
-        &[0.0; 2], &[0.0; 2], &[0.0; 2], 1, 1, 1, 1, 2, 1, 1.0, &mut out,
+        &[0.0; 2], &[0.0; 2], &[0.0; 2], 1, 1, 1, 1, 2, 1, s, &mut out,
     );
+}
+
+#[test]
+fn soft_capped_scores_match_softmax_by_hand() {
+    let mut rng = Rng::new(8);
+    let (n_head, hd, n_kv) = (1, 8, 6);
+    let q = rng.weights(hd).iter().map(|v| v * 8.0).collect::<Vec<_>>();
+    let k = rng.weights(n_kv * hd);
+    let v = rng.weights(n_kv * hd);
+    let (scale, cap) = (0.9f32, 0.75f32);
+    let mut out = vec![f32::NAN; hd];
+    let s = AttnScores::new(scale).softcap(Some(cap));
+    attention(&q, &k, &v, 1, n_kv, n_head, 1, hd, n_kv - 1, s, &mut out);
+    let mut p: Vec<f32> = (0..n_kv)
+        .map(|j| {
+            let s = dot_f64(&q, &k[j * hd..(j + 1) * hd]) as f32 * scale;
+            cap * (s / cap).tanh()
+        })
+        .collect();
+    assert!(p.iter().all(|s| s.abs() <= cap), "capped at {cap}");
+    softmax(&mut p);
+    for d in 0..hd {
+        let want: f32 = (0..n_kv).map(|j| p[j] * v[j * hd + d]).sum();
+        assert!(close(out[d], want, 1e-5), "d{d}: {} vs {want}", out[d]);
+    }
+    let mut plain = vec![f32::NAN; hd];
+    let s = AttnScores::new(scale);
+    attention(&q, &k, &v, 1, n_kv, n_head, 1, hd, n_kv - 1, s, &mut plain);
+    assert_ne!(out, plain, "the cap bends these scores");
 }

@@ -398,7 +398,8 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
             let h = *h;
             let mut want = x.clone();
             for (t, tok) in want.chunks_exact_mut(h * head_dim).enumerate() {
-                kernels_ref::rope(tok, h, head_dim, n_rot, pos0 + t, base, scale, neox);
+                let r = kernels_ref::Rotation::new(n_rot, base, neox).scaled(scale);
+                kernels_ref::rope(tok, h, head_dim, pos0 + t, &r);
             }
             // For an element of pair (a, b) at angle theta = pos * f_i: the f32 frequency is
             // off by u relative and pos * f_i rounds once more (2u theta); the Cody-Waite

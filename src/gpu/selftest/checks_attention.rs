@@ -115,7 +115,7 @@ impl Problem {
             n_head_kv,
             hd,
             pos0,
-            cfg.scale,
+            kernels_ref::AttnScores::new(cfg.scale),
             &mut want,
         );
         let mut p = Problem {
