@@ -337,6 +337,22 @@ fn kv_store_and_attention_match_kernels_ref() {
     eprintln!("worst error / tolerance: {worst:.3e}");
 }
 
+/// Each case on the split, prefill and tiled prefill paths with every kernel set.
+fn check_every_path(ctx: &GpuContext, cases: &[Case]) {
+    let sets = kernel_sets(ctx, true);
+    for case in cases {
+        for ks in &sets {
+            for path in [
+                AttentionPath::Split,
+                AttentionPath::Prefill,
+                AttentionPath::PrefillTiled,
+            ] {
+                case.check(ctx, ks, path);
+            }
+        }
+    }
+}
+
 #[test]
 fn sliding_windows_match_kernels_ref() {
     // Windows shorter than the context on every path: inside one split chunk, across chunk
@@ -361,18 +377,7 @@ fn sliding_windows_match_kernels_ref() {
             cases.push(Case::windowed(nh, nkv, hd, n, pos0, Some(w)));
         }
     }
-    let sets = kernel_sets(&ctx, true);
-    for case in &cases {
-        for ks in &sets {
-            for path in [
-                AttentionPath::Split,
-                AttentionPath::Prefill,
-                AttentionPath::PrefillTiled,
-            ] {
-                case.check(&ctx, ks, path);
-            }
-        }
-    }
+    check_every_path(&ctx, &cases);
 }
 
 #[test]
@@ -600,16 +605,5 @@ fn soft_capped_scores_match_kernels_ref() {
             cases.push(Case::capped(nh, nkv, hd, n, pos0, w, Some(cap)));
         }
     }
-    let sets = kernel_sets(&ctx, true);
-    for case in &cases {
-        for ks in &sets {
-            for path in [
-                AttentionPath::Split,
-                AttentionPath::Prefill,
-                AttentionPath::PrefillTiled,
-            ] {
-                case.check(&ctx, ks, path);
-            }
-        }
-    }
+    check_every_path(&ctx, &cases);
 }

@@ -60,6 +60,12 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
             };
             out = out.metadata(k, v);
         }
+        let n_head = w
+            .metadata_pairs()
+            .iter()
+            .find(|(k, _)| k == "llama.attention.head_count")
+            .and_then(|(_, v)| v.as_i128())
+            .unwrap() as u64;
         let mut n_embd = 0;
         let phi3 = arch == "phi3";
         // phi3: the tensors fused in its files, by name, in fusion order.
@@ -93,12 +99,6 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
                     out = out.tensor(name, ts[0].ty, &[ts[0].dims[0], rows], data);
                 }
             }
-            let n_head = w
-                .metadata_pairs()
-                .iter()
-                .find(|(k, _)| k == "llama.attention.head_count")
-                .and_then(|(_, v)| v.as_i128())
-                .unwrap() as u64;
             let n_rot = n_embd / n_head * 3 / 4 / 2 * 2;
             let half = n_rot / 2;
             let short: Vec<f32> = (0..half).map(|i| 1.0 + (i % 5) as f32 * 0.1).collect();
@@ -120,12 +120,6 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
                 .tensor_f32("rope_factors_short.weight", &[half], &short);
         }
         if arch == "gemma3" {
-            let n_head = w
-                .metadata_pairs()
-                .iter()
-                .find(|(k, _)| k == "llama.attention.head_count")
-                .and_then(|(_, v)| v.as_i128())
-                .unwrap() as u64;
             let head_dim = n_embd / n_head;
             out = out.metadata(
                 "gemma3.attention.sliding_window",
