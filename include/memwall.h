@@ -126,6 +126,27 @@ void memwall_session_free(memwall_session *session);
 /* Forgets the session's context. Returns MEMWALL_OK or a negative memwall_status. */
 int32_t memwall_session_reset(memwall_session *session);
 
+/* Speculative decoding with `draft`, a model of the same vocabulary (another vocabulary is
+ * MEMWALL_ERR_INVALID_ARGUMENT): it drafts up to `draft_max` tokens per pass (stopping when
+ * its top token's probability is below `p_min`; fewer than `draft_min` decode plainly), and
+ * each pass of the session's model verifies them at once. Greedy output is plain decoding's;
+ * sampled output has its distribution. The session keeps what it needs of `draft`, which may
+ * be freed afterwards. Returns MEMWALL_OK or a negative memwall_status. */
+int32_t memwall_session_set_draft_model(memwall_session *session, const memwall_model *draft,
+                                        uint32_t draft_max, uint32_t draft_min, float p_min);
+
+/* Speculative decoding by prompt lookup: the latest earlier occurrence of the context's last
+ * n tokens (n from `ngram_max` down to `ngram_min`) proposes up to `draft_max` tokens (code,
+ * edits, quoting). Returns MEMWALL_OK or a negative memwall_status. */
+int32_t memwall_session_set_draft_lookup(memwall_session *session, uint32_t ngram_min,
+                                         uint32_t ngram_max, uint32_t draft_max);
+
+/* Plain decoding again. With `passes`, `drafted`, `accepted` non-NULL, first writes what
+ * speculation did since it was set: verification passes, drafted and accepted tokens.
+ * Returns MEMWALL_OK or a negative memwall_status. */
+int32_t memwall_session_clear_draft(memwall_session *session, uint64_t *passes,
+                                    uint64_t *drafted, uint64_t *accepted);
+
 /* Generates up to `max_tokens` tokens after `prompt`, which is appended to the session's
  * context (the first prompt starts with BOS). `callback` (may be NULL) gets the text as it
  * is produced. Returns a memwall_stop (>= 0) or a negative memwall_status. */

@@ -179,10 +179,73 @@ impl Sampler {
     /// Picks the next token from `logits` ([n_vocab]); `history` holds the tokens so far
     /// (prompt and generated), which the repetition penalty looks at.
     pub fn sample(&mut self, logits: &[f32], history: &[u32]) -> u32 {
+        let max = match self.candidates(logits, history) {
+            Picked::One(id) => return id,
+            Picked::Candidates { max } => max,
+        };
+        // Temperature, then a draw from the renormalised distribution.
+        let t = self.params.temperature as f64;
+        let weights: Vec<f64> = self
+            .cand
+            .iter()
+            .map(|c| ((c.1 - max) as f64 / t).exp())
+            .collect();
+        let total: f64 = weights.iter().sum();
+        let mut r = self.rng.next_f64() * total;
+        for (c, w) in self.cand.iter().zip(&weights) {
+            if r < *w {
+                return c.0;
+            }
+            r -= w;
+        }
+        self.cand[self.cand.len() - 1].0
+    }
+
+    /// The distribution [`Sampler::sample`] draws from: (token, probability) pairs, the
+    /// probabilities summing to 1, every token not listed at probability 0 (a greedy sampler
+    /// gives its one pick at 1). What speculative decoding's acceptance rule compares.
+    pub fn distribution(&mut self, logits: &[f32], history: &[u32]) -> Vec<(u32, f64)> {
+        let max = match self.candidates(logits, history) {
+            Picked::One(id) => return vec![(id, 1.0)],
+            Picked::Candidates { max } => max,
+        };
+        let t = self.params.temperature as f64;
+        let mut d: Vec<(u32, f64)> = self
+            .cand
+            .iter()
+            .map(|c| (c.0, ((c.1 - max) as f64 / t).exp()))
+            .collect();
+        let total: f64 = d.iter().map(|x| x.1).sum();
+        d.iter_mut().for_each(|x| x.1 /= total);
+        d
+    }
+
+    /// A draw from a distribution of (token, weight) pairs (weights need not sum to 1), with
+    /// this sampler's random numbers.
+    pub fn draw(&mut self, dist: &[(u32, f64)]) -> u32 {
+        let total: f64 = dist.iter().map(|x| x.1).sum();
+        let mut r = self.rng.next_f64() * total;
+        for &(id, w) in dist {
+            if r < w {
+                return id;
+            }
+            r -= w;
+        }
+        dist.last().map_or(0, |x| x.0)
+    }
+
+    /// A uniform number in [0, 1) from this sampler's random numbers.
+    pub fn uniform(&mut self) -> f64 {
+        self.rng.next_f64()
+    }
+
+    /// Applies the penalty and the top-k, top-p and min-p filters, leaving the candidates in
+    /// `self.cand` (sorted by logit, descending); or the one token a greedy setting picks.
+    fn candidates(&mut self, logits: &[f32], history: &[u32]) -> Picked {
         let p = &self.params;
         let penalize = p.repeat_penalty != 1.0 && p.repeat_last_n > 0;
         if p.temperature <= 0.0 && !penalize {
-            return argmax(logits) as u32;
+            return Picked::One(argmax(logits) as u32);
         }
         self.cand.clear();
         self.cand
@@ -208,7 +271,7 @@ impl Sampler {
                     (0u32, f32::NEG_INFINITY),
                     |b, &c| if c.1 > b.1 { c } else { b },
                 );
-            return best.0;
+            return Picked::One(best.0);
         }
 
         // Sort by logit, descending; top-k first so the sort is partial when k is small.
@@ -246,24 +309,16 @@ impl Sampler {
             keep = keep.min(n);
         }
         self.cand.truncate(keep);
-
-        // Temperature, then a draw from the renormalised distribution.
-        let t = p.temperature as f64;
-        let weights: Vec<f64> = self
-            .cand
-            .iter()
-            .map(|c| ((c.1 - max) as f64 / t).exp())
-            .collect();
-        let total: f64 = weights.iter().sum();
-        let mut r = self.rng.next_f64() * total;
-        for (c, w) in self.cand.iter().zip(&weights) {
-            if r < *w {
-                return c.0;
-            }
-            r -= w;
-        }
-        self.cand[self.cand.len() - 1].0
+        Picked::Candidates { max }
     }
+}
+
+/// What [`Sampler::candidates`] leaves.
+enum Picked {
+    /// A greedy setting's pick.
+    One(u32),
+    /// `Sampler::cand` holds the candidates; `max` is the largest logit.
+    Candidates { max: f32 },
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, TryLockError};
 
 use memwall::api::{self, CancelHandle, DeviceChoice, Event, KvType, SamplerParams, StopReason};
+use memwall::engine::speculative::DraftParams;
 use memwall::engine::CtxOverflow;
 
 use guard::{c_str, guard, obj, CError, ERR_BUFFER_TOO_SMALL, ERR_BUSY, ERR_INVALID_ARGUMENT};
@@ -329,6 +330,102 @@ pub unsafe extern "C" fn memwall_session_reset(session: *mut memwall_session) ->
             // SAFETY: the function's contract.
             let s = unsafe { obj(session, "session") }?;
             lock(s)?.reset();
+            Ok(guard::OK)
+        },
+    )
+}
+
+/// Speculative decoding with `draft`, a model of the same vocabulary (checked: an error
+/// otherwise): it drafts up to `draft_max` tokens per pass (stopping when its top token's
+/// probability is below `p_min`; fewer than `draft_min` decode plainly), and each pass of the
+/// session's model verifies them. Greedy output is plain decoding's. The session keeps what it
+/// needs of `draft`, which may be freed afterwards.
+///
+/// # Safety
+/// `session` is a live session and `draft` a live model.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_set_draft_model(
+    session: *mut memwall_session,
+    draft: *const memwall_model,
+    draft_max: u32,
+    draft_min: u32,
+    p_min: f32,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            let d = unsafe { obj(draft, "draft") }?;
+            let params = DraftParams {
+                max: draft_max as usize,
+                min: draft_min as usize,
+                p_min: f64::from(p_min),
+            };
+            lock(s)?.set_draft_model(&d.model, params)?;
+            Ok(guard::OK)
+        },
+    )
+}
+
+/// Speculative decoding by prompt lookup: the latest earlier occurrence of the context's last
+/// n tokens (n from `ngram_max` down to `ngram_min`) proposes up to `draft_max` tokens.
+///
+/// # Safety
+/// `session` is a live session.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_set_draft_lookup(
+    session: *mut memwall_session,
+    ngram_min: u32,
+    ngram_max: u32,
+    draft_max: u32,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            let params = DraftParams {
+                max: draft_max as usize,
+                min: 0,
+                ..DraftParams::default()
+            };
+            lock(s)?.set_draft_lookup(ngram_min as usize, ngram_max as usize, params)?;
+            Ok(guard::OK)
+        },
+    )
+}
+
+/// Plain decoding again; with `passes`, `drafted`, `accepted` non-NULL, first writes what
+/// speculation did since it was set (verification passes, drafted and accepted tokens).
+///
+/// # Safety
+/// `session` is a live session; each out pointer NULL or valid for a write.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_session_clear_draft(
+    session: *mut memwall_session,
+    passes: *mut u64,
+    drafted: *mut u64,
+    accepted: *mut u64,
+) -> i32 {
+    guard(
+        |code| code,
+        || {
+            // SAFETY: the function's contract.
+            let s = unsafe { obj(session, "session") }?;
+            let mut g = lock(s)?;
+            let st = g.draft_stats().unwrap_or_default();
+            for (p, v) in [
+                (passes, st.passes),
+                (drafted, st.drafted),
+                (accepted, st.accepted),
+            ] {
+                // SAFETY: NULL or valid for a write, by the contract.
+                if let Some(p) = unsafe { p.as_mut() } {
+                    *p = v as u64;
+                }
+            }
+            g.clear_draft();
             Ok(guard::OK)
         },
     )

@@ -205,3 +205,61 @@ fn device_loss_is_survived_and_reported() {
         memwall_model_free(m);
     }
 }
+
+/// Drafting through the C API (prompt lookup, then a draft model: the test model itself)
+/// gives plain greedy decoding's text, and its statistics come back.
+#[test]
+fn speculative_decoding_gives_plain_greedy_text() {
+    let path = CString::new(common::model_path().to_str().unwrap()).unwrap();
+    let cpu = CString::new("cpu").unwrap();
+    let mut cfg = memwall_config_default();
+    cfg.device = cpu.as_ptr();
+    cfg.n_ctx = 256;
+    cfg.temperature = 0.0;
+    let prompt = CString::new("1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,").unwrap();
+    unsafe {
+        let m = memwall_model_load(path.as_ptr(), &cfg);
+        assert!(!m.is_null(), "{}", last_error());
+        let run = |draft: Option<bool>| {
+            let s = memwall_session_new(m, &cfg);
+            assert!(!s.is_null(), "{}", last_error());
+            match draft {
+                Some(true) => assert_eq!(memwall_session_set_draft_lookup(s, 1, 3, 5), 0),
+                Some(false) => assert_eq!(memwall_session_set_draft_model(s, m, 5, 1, 0.3), 0),
+                None => {}
+            }
+            let mut text = String::new();
+            let r = memwall_generate(
+                s,
+                prompt.as_ptr(),
+                24,
+                Some(collect),
+                (&mut text as *mut String).cast(),
+            );
+            assert_eq!(r, STOP_LIMIT, "{}", last_error());
+            let (mut passes, mut drafted, mut accepted) = (0u64, 0u64, 0u64);
+            assert_eq!(
+                memwall_session_clear_draft(s, &mut passes, &mut drafted, &mut accepted),
+                0
+            );
+            memwall_session_free(s);
+            (text, passes, drafted, accepted)
+        };
+        let (plain, p0, _, _) = run(None);
+        assert_eq!(p0, 0);
+        for lookup in [true, false] {
+            let (text, passes, drafted, accepted) = run(Some(lookup));
+            assert_eq!(text, plain, "lookup={lookup}");
+            assert!(
+                passes > 0 && accepted > 0 && accepted <= drafted,
+                "{passes} {drafted} {accepted}"
+            );
+        }
+        // A bad n-gram range is an invalid argument, named.
+        let s = memwall_session_new(m, &cfg);
+        assert_eq!(memwall_session_set_draft_lookup(s, 3, 2, 5), -1);
+        assert!(last_error().contains("n-grams"), "{}", last_error());
+        memwall_session_free(s);
+        memwall_model_free(m);
+    }
+}

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use crate::chat::ChatMessage;
 use crate::engine::generate::Generator;
+use crate::engine::speculative::{DraftParams, Speculator};
 use crate::error::{Error, Result};
 use crate::sampler::{Sampler, SamplerParams};
 
@@ -35,6 +36,8 @@ pub struct Session {
     max_tokens: usize,
     n_probs: usize,
     cancel: CancelHandle,
+    /// Speculative decoding's drafter, when set.
+    spec: Option<Speculator>,
 }
 
 impl Session {
@@ -45,13 +48,51 @@ impl Session {
             max_tokens: 256,
             n_probs: 0,
             cancel: CancelHandle::default(),
+            spec: None,
         })
     }
 
     /// Sampling from now on (default: greedy). The seed restarts the random sequence.
     pub fn set_sampler(&mut self, params: SamplerParams) -> Result<()> {
-        self.sampler = Sampler::new(params)?;
+        self.sampler = Sampler::new(params.clone())?;
+        if let Some(s) = &mut self.spec {
+            s.set_sampling(params)?;
+        }
         Ok(())
+    }
+
+    /// Speculative decoding with a draft model of the same vocabulary (checked here): its
+    /// own session of this session's context proposes up to `params.max` tokens, and each
+    /// pass of this model verifies them at once. Greedy output equals plain decoding's;
+    /// sampled output follows the same distribution.
+    pub fn set_draft_model(&mut self, draft: &super::Model, params: DraftParams) -> Result<()> {
+        let session = crate::engine::Session::new(draft.engine().clone(), self.n_ctx())?;
+        let sampling = self.sampler.params().clone();
+        let model = self.inner.model().clone();
+        self.spec = Some(Speculator::with_model(session, &model, sampling, params)?);
+        Ok(())
+    }
+
+    /// Speculative decoding by prompt lookup: the latest earlier occurrence of the context's
+    /// last n tokens (n from `ngram_max` down to `ngram_min`) proposes what followed it.
+    pub fn set_draft_lookup(
+        &mut self,
+        ngram_min: usize,
+        ngram_max: usize,
+        params: DraftParams,
+    ) -> Result<()> {
+        self.spec = Some(Speculator::lookup(ngram_min, ngram_max, params)?);
+        Ok(())
+    }
+
+    /// Plain decoding again (no drafts).
+    pub fn clear_draft(&mut self) {
+        self.spec = None;
+    }
+
+    /// What speculation did since the drafter was set (`None` without one).
+    pub fn draft_stats(&self) -> Option<crate::engine::speculative::SpecStats> {
+        self.spec.as_ref().map(Speculator::stats)
     }
 
     /// The most tokens one prompt generates (default 256).
@@ -114,6 +155,9 @@ impl Session {
             self.n_probs,
         )?;
         g.set_cancel(self.cancel.0.clone());
+        if let Some(s) = self.spec.as_mut() {
+            g.set_speculator(s);
+        }
         Ok(TokenStream::new(g, ids.to_vec()))
     }
 

@@ -51,6 +51,9 @@ pub struct Finished {
     /// With `set_n_probs(k)`: the k most likely tokens at each step.
     pub top_probs: Vec<Vec<(u32, f64)>>,
     pub timings: Timings,
+    /// With a drafter (`set_draft_model`, `set_draft_lookup`): verification passes, drafted
+    /// and accepted tokens.
+    pub speculative: Option<crate::engine::speculative::SpecStats>,
     /// What ran where, e.g. `cpu+gpu:... [c|cccGGG|G]`.
     pub device: String,
     pub placement: PhasePlacement,
@@ -107,6 +110,7 @@ impl<'a> TokenStream<'a> {
             text: g.text.clone(),
             top_probs: g.top_probs.clone(),
             timings: g.timings.clone(),
+            speculative: g.speculative,
             device: s.backend_name(),
             placement: s.exec().placement().clone(),
             fallbacks: s.exec().fallbacks().to_vec(),

@@ -88,7 +88,13 @@ fn costs(
 ) -> Result<(Costs, Vec<BlockSpan>)> {
     use WeightId::*;
     let kv_dim = cfg.kv_dim();
-    let per_layer_kv = (kv.k.bytes(n_ctx * kv_dim) + kv.v.bytes(n_ctx * kv_dim)) as u64;
+    // An absurd context must be an error here, not a wrapped product that passes the budget.
+    let values = n_ctx.checked_mul(kv_dim).ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "a context of {n_ctx} tokens is too large ({kv_dim} cache values each)"
+        ))
+    })?;
+    let per_layer_kv = (kv.k.bytes(values) as u64).saturating_add(kv.v.bytes(values) as u64);
     let vecs: u64 = crate::backend::expected_weights(cfg)
         .iter()
         .filter_map(|(_, d)| match d[..] {

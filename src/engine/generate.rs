@@ -6,6 +6,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::collections::VecDeque;
+
+use crate::engine::speculative::{accept, SpecStats, Speculator};
 use crate::engine::{CtxOverflow, Generation, Session, StopReason, Timings};
 use crate::error::{Error, Result};
 use crate::model::Logits;
@@ -53,6 +56,23 @@ pub struct Generator<'a> {
     out: Generation,
     stop: Option<StopReason>,
     cancel: Option<Arc<AtomicBool>>,
+    /// Drafts verified in batched passes, and the statistics it had when this generation
+    /// started.
+    spec: Option<(&'a mut Speculator, SpecStats)>,
+    /// Tokens a speculative pass yielded that are still to hand out, in order.
+    pending: VecDeque<Pending>,
+    /// The last token handed out was an accepted draft (already in the cache).
+    last_in_cache: bool,
+}
+
+/// A token a speculative pass yielded.
+struct Pending {
+    id: u32,
+    /// The logits it was chosen from, [n_vocab] (kept only to report top probabilities).
+    logits: Vec<f32>,
+    /// An accepted draft is in the cache already; the pass's last token is not (it is fed
+    /// next, as a sampled token is).
+    in_cache: bool,
 }
 
 impl<'a> Generator<'a> {
@@ -83,6 +103,7 @@ impl<'a> Generator<'a> {
             text: String::new(),
             top_probs: Vec::new(),
             stop: StopReason::Limit,
+            speculative: None,
             timings: Timings {
                 load_ms: session.model().load_time().as_secs_f64() * 1e3,
                 n_prompt: prompt.len(),
@@ -110,7 +131,17 @@ impl<'a> Generator<'a> {
             out,
             stop: None,
             cancel: None,
+            spec: None,
+            pending: VecDeque::new(),
+            last_in_cache: false,
         })
+    }
+
+    /// Decodes speculatively with `spec`: each pass feeds the last token with the drafted
+    /// ones and keeps the accepted prefix and the model's own next token.
+    pub fn set_speculator(&mut self, spec: &'a mut Speculator) {
+        let start = spec.stats();
+        self.spec = Some((spec, start));
     }
 
     /// A flag that, once set (from any thread), ends the generation at its next step: between
@@ -169,35 +200,119 @@ impl<'a> Generator<'a> {
                 return Ok(self.end(StopReason::ContextFull));
             }
             let t = Instant::now();
-            self.eval_last(&[id])?;
+            let n = self.feed(id)?;
             self.t_decode += t.elapsed();
-            self.out.timings.n_decoded += 1;
+            self.out.timings.n_decoded += n;
         }
         if self.out.generated_ids.len() >= self.max_new {
             return Ok(self.end(StopReason::Limit));
         }
-        let id = match self.picked.take() {
-            Some(id) => id,
-            None => self.sampler.sample(&self.logits, &self.history),
+        let (id, in_cache) = match self.pending.pop_front() {
+            Some(p) => {
+                if self.n_probs > 0 {
+                    self.out.top_probs.push(top_probs(&p.logits, self.n_probs));
+                }
+                (p.id, p.in_cache)
+            }
+            None => {
+                let id = match self.picked.take() {
+                    Some(id) => id,
+                    None => self.sampler.sample(&self.logits, &self.history),
+                };
+                if self.n_probs > 0 {
+                    self.out
+                        .top_probs
+                        .push(top_probs(&self.logits, self.n_probs));
+                }
+                (id, false)
+            }
         };
         if self.out.generated_ids.is_empty() {
             self.out.timings.ttft_ms = self.t0.elapsed().as_secs_f64() * 1e3;
         }
-        if self.n_probs > 0 {
-            self.out
-                .top_probs
-                .push(top_probs(&self.logits, self.n_probs));
-        }
         self.out.generated_ids.push(id);
         self.history.push(id);
+        self.last_in_cache = in_cache;
         let tok = self.session.model().tokenizer();
         if tok.is_eog(id) {
             return Ok(self.end(StopReason::Eog));
         }
         let text = self.bytes.push(&tok.decode_token(id, false));
         self.out.text.push_str(&text);
-        self.to_feed = Some(id);
+        if !in_cache {
+            self.to_feed = Some(id);
+        }
         Ok(Step::Token { id, text })
+    }
+
+    /// Feeds the sampled token `id` (already in `history`): one pass over it alone, or with
+    /// the drafted tokens, whose accepted prefix and the model's next token go to `pending`.
+    /// Returns the tokens the pass decoded (fed and kept).
+    fn feed(&mut self, id: u32) -> Result<usize> {
+        let Some((spec, _)) = self.spec.as_mut() else {
+            self.eval_last(&[id])?;
+            return Ok(1);
+        };
+        // The pass yields up to 1 + k tokens and holds 1 + k positions.
+        let left = self.max_new - self.out.generated_ids.len();
+        let room = self.session.n_ctx() - self.session.tokens().len();
+        // Within the exact batch, the pass's logits are those of plain decoding.
+        let max = (left - 1).min(room - 1).min(self.session.exact_batch() - 1);
+        let proposal = spec.propose(&self.history, max, self.sampler.is_greedy())?;
+        if proposal.tokens.is_empty() {
+            self.eval_last(&[id])?;
+            return Ok(1);
+        }
+        let k = proposal.tokens.len();
+        let mut input = Vec::with_capacity(k + 1);
+        input.push(id);
+        input.extend_from_slice(&proposal.tokens);
+        // rows: [k + 1, n_vocab]; row i chooses the token after input[i].
+        let rows = self.session.eval(&input, Logits::All)?;
+        let n_vocab = rows.len() / (k + 1);
+        let row = |i: usize| &rows[i * n_vocab..(i + 1) * n_vocab];
+        let keep_rows = self.n_probs > 0;
+        let mut seen = self.history.clone();
+        let mut accepted = 0;
+        let mut last = None;
+        for (i, &d) in proposal.tokens.iter().enumerate() {
+            let p = self.sampler.distribution(row(i), &seen);
+            match accept(self.sampler, &p, d, proposal.q[i].as_deref()) {
+                Ok(()) => {
+                    accepted += 1;
+                    seen.push(d);
+                    self.pending.push_back(Pending {
+                        id: d,
+                        logits: if keep_rows {
+                            row(i).to_vec()
+                        } else {
+                            Vec::new()
+                        },
+                        in_cache: true,
+                    });
+                }
+                Err(t) => {
+                    last = Some((t, i));
+                    break;
+                }
+            }
+        }
+        let (t, i) = last.unwrap_or_else(|| (self.sampler.sample(row(k), &seen), k));
+        self.pending.push_back(Pending {
+            id: t,
+            logits: if keep_rows {
+                row(i).to_vec()
+            } else {
+                Vec::new()
+            },
+            in_cache: false,
+        });
+        // The cache holds id and every draft: the rejected ones go.
+        let held = self.session.tokens().len();
+        self.session.truncate(held - (k - accepted));
+        spec.record(k, accepted);
+        self.picked = None;
+        Ok(1 + accepted)
     }
 
     /// Evaluates the next batch of the prompt. Batches are the model's prefill batch, as the
@@ -236,6 +351,23 @@ impl<'a> Generator<'a> {
     }
 
     fn end(&mut self, stop: StopReason) -> Step {
+        // Accepted drafts not handed out leave the cache, and so does the last token handed
+        // out: the cache then holds what plain decoding leaves (the last token unfed).
+        let unsent = self.pending.iter().filter(|p| p.in_cache).count()
+            + usize::from(std::mem::take(&mut self.last_in_cache));
+        if unsent > 0 {
+            let held = self.session.tokens().len();
+            self.session.truncate(held - unsent);
+        }
+        self.pending.clear();
+        if let Some((spec, start)) = &self.spec {
+            let now = spec.stats();
+            self.out.speculative = Some(SpecStats {
+                passes: now.passes - start.passes,
+                drafted: now.drafted - start.drafted,
+                accepted: now.accepted - start.accepted,
+            });
+        }
         self.stop = Some(stop);
         self.out.stop = stop;
         let text = self.bytes.flush();

@@ -30,6 +30,7 @@ mod open;
 mod perplexity;
 mod prefault;
 pub mod prompt_cache;
+pub mod speculative;
 
 pub use budget::MemoryReport;
 
@@ -462,6 +463,8 @@ pub struct Generation {
     pub top_probs: Vec<Vec<(u32, f64)>>,
     pub stop: StopReason,
     pub timings: Timings,
+    /// With a speculator: passes, drafted and accepted tokens of this generation.
+    pub speculative: Option<speculative::SpecStats>,
 }
 
 /// A conversation's state: the KV cache and the tokens it holds.
@@ -581,6 +584,19 @@ impl Session {
     /// The executor: placement per phase, moves, stage timings.
     pub fn exec(&self) -> &Exec {
         &self.exec
+    }
+
+    /// The most tokens one pass may hold and still give each of them, bit for bit, the
+    /// logits a pass over it alone gives: any number on the CPU (its kernels treat the rows of
+    /// a batch alike); on a GPU the batches its decode kernels take (split attention and the
+    /// batched matvec), past which the tiled prefill kernels sum in another order. Speculative
+    /// decoding keeps its verification passes within it, so greedy output is plain decoding's.
+    pub fn exact_batch(&self) -> usize {
+        if self.exec.has_gpu() {
+            crate::gpu::attention::SPLIT_MAX_TOKENS.min(crate::gpu::backend::MATVEC_MAX_TOKENS)
+        } else {
+            usize::MAX
+        }
     }
 
     /// The executor, to change the placement between calls (the next pass moves what changed).

@@ -28,7 +28,7 @@ use kv::{kv_layer, KvLayer};
 
 /// Batches of at most this many tokens take the batched matvec (weights re-read per token);
 /// larger ones the tiled matmul.
-const MATVEC_MAX_TOKENS: usize = 4;
+pub(crate) const MATVEC_MAX_TOKENS: usize = 4;
 
 /// An activation buffer on the GPU: `len` f32 values.
 pub struct GpuAct {

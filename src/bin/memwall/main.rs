@@ -8,6 +8,7 @@ use clap::{Args, Parser, Subcommand};
 use memwall::api;
 use memwall::chat::ChatMessage;
 use memwall::engine::prompt_cache::PromptCache;
+use memwall::engine::speculative::DraftParams;
 use memwall::engine::{CtxOverflow, LoadOptions, Session};
 use memwall::kv_type::{KvType, KvTypes};
 use memwall::sampler::SamplerParams;
@@ -269,6 +270,27 @@ struct RunArgs {
     /// the prompt's KV state there (for another model or KV types, the file is refused).
     #[arg(long = "prompt-cache", value_name = "FILE")]
     prompt_cache: Option<PathBuf>,
+    /// Speculative decoding with a draft model of the same vocabulary (a smaller model of the
+    /// family): it proposes up to --draft-max tokens and each pass of the model verifies them
+    /// at once. Greedy output is plain decoding's; sampled output has its distribution.
+    #[arg(long = "draft-model", value_name = "FILE")]
+    draft_model: Option<PathBuf>,
+    /// Where the draft model runs (as --device).
+    #[arg(long = "draft-device", default_value = "cpu")]
+    draft_device: String,
+    /// Speculative decoding by prompt lookup: the latest earlier occurrence of the context's
+    /// last 4, 3 or 2 tokens proposes what followed it (code, edits, quoting).
+    #[arg(long = "draft-lookup", conflicts_with = "draft_model")]
+    draft_lookup: bool,
+    /// Most tokens drafted per pass.
+    #[arg(long = "draft-max", default_value_t = 16)]
+    draft_max: usize,
+    /// Fewer drafted tokens than this decode plainly.
+    #[arg(long = "draft-min", default_value_t = 0)]
+    draft_min: usize,
+    /// The draft model stops proposing when its top token's probability is below this.
+    #[arg(long = "draft-p-min", default_value_t = 0.75)]
+    draft_p_min: f64,
 }
 
 fn main() -> ExitCode {
@@ -535,6 +557,22 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         }
     }
     session.set_ctx_overflow(CtxOverflow::parse(&a.ctx_overflow)?, a.keep);
+    let draft = DraftParams {
+        max: a.draft_max,
+        min: a.draft_min,
+        p_min: a.draft_p_min,
+    };
+    if let Some(path) = &a.draft_model {
+        let args = ModelArgs {
+            model: Some(path.clone()),
+            device: a.draft_device.clone(),
+            ..a.model.clone()
+        };
+        let d = load(&args, session.n_ctx(), true)?;
+        session.set_draft_model(&d, draft)?;
+    } else if a.draft_lookup {
+        session.set_draft_lookup(2, 4, draft)?;
+    }
     let json = a.json;
     let mut stdout = std::io::stdout();
     let message = || [ChatMessage::new("user", a.prompt.clone())];
@@ -607,6 +645,15 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             "ctx_shift": session.shift_stats(),
             "fallbacks": gen.fallbacks,
         });
+        if let Some(sp) = &gen.speculative {
+            obj["speculative"] = serde_json::json!({
+                "passes": sp.passes,
+                "drafted": sp.drafted,
+                "accepted": sp.accepted,
+                "acceptance": sp.acceptance(),
+                "tokens_per_pass": sp.tokens_per_pass(),
+            });
+        }
         if let Some(c) = &cache {
             obj["prompt_cache"] = serde_json::json!({
                 "restored_tokens": c.restored,
@@ -662,6 +709,15 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             t.n_decoded,
             t.decode_tps
         );
+        if let Some(sp) = &gen.speculative {
+            eprintln!(
+                "drafts: {} of {} accepted ({:.0}%), {:.2} tokens per pass of the model",
+                sp.accepted,
+                sp.drafted,
+                100.0 * sp.acceptance(),
+                sp.tokens_per_pass()
+            );
+        }
         if let (Some(m), Some(st)) = (model.memory(), session.exec().stream_stats()) {
             let r = &m.residency;
             let n_streamed = r.resident.iter().filter(|&&x| !x).count();
