@@ -610,8 +610,13 @@ impl Config {
     pub fn rope_of(&self, l: usize) -> (f32, f32) {
         match &self.sliding_window {
             Some(w) if self.window(l).is_some() => (w.rope_base, w.rope_scale),
-            _ => (self.rope_base, self.rope_freq_scale),
+            _ => self.global_rope(),
         }
+    }
+
+    /// RoPE (base, position scale) of the global (not sliding-window) blocks.
+    pub fn global_rope(&self) -> (f32, f32) {
+        (self.rope_base, self.rope_freq_scale)
     }
 
     /// Width of the Q projection output.

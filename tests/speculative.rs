@@ -19,9 +19,9 @@ fn q4_0_draft() -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("speculative-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("draft-q4_0-{}.gguf", std::process::id()));
-    if !path.exists() {
-        memwall::bench::requant::requantize(&common::model_path(), &path, GgmlType::Q4_0).unwrap();
-    }
+    common::kv::write_once(&path, |tmp| {
+        memwall::bench::requant::requantize(&common::model_path(), tmp, GgmlType::Q4_0).unwrap();
+    });
     path
 }
 

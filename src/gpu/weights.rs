@@ -280,10 +280,10 @@ impl GpuModel {
             warnings,
             weight_bytes,
         } = up;
-        let freqs_of = |l: usize, factors: Option<&[f32]>| {
-            rope_freqs(&rope_config_of(cfg, l, cfg.n_head), factors)
+        let freqs_of = |rope: (f32, f32), factors: Option<&[f32]>| {
+            rope_freqs(&rope_config_with(cfg, rope, cfg.n_head), factors)
         };
-        let global = usize::MAX;
+        let global = cfg.global_rope();
         let rope_freqs = upload_f32(
             &ctx,
             "rope.freqs",
@@ -302,7 +302,7 @@ impl GpuModel {
             Some(l) => Some(upload_f32(
                 &ctx,
                 "rope.freqs.local",
-                &freqs_of(l, cfg.rope_freq_factors.as_deref()),
+                &freqs_of(cfg.rope_of(l), cfg.rope_freq_factors.as_deref()),
             )?),
             None => None,
         };
@@ -564,10 +564,17 @@ fn fuse(
     Ok(Some((FusedMatrix { m: whole.m, splits }, views)))
 }
 
-/// The RoPE settings of `n_heads` heads of block `l` (`Config::rope_of`; a block index past
-/// the last gives the global ones).
+/// The RoPE settings of `n_heads` heads of block `l` (`Config::rope_of`).
 fn rope_config_of(cfg: &Config, l: usize, n_heads: usize) -> RopeConfig {
-    let (freq_base, freq_scale) = cfg.rope_of(l);
+    rope_config_with(cfg, cfg.rope_of(l), n_heads)
+}
+
+/// The RoPE settings of `n_heads` heads with base and position scale `rope`.
+fn rope_config_with(
+    cfg: &Config,
+    (freq_base, freq_scale): (f32, f32),
+    n_heads: usize,
+) -> RopeConfig {
     RopeConfig {
         n_heads,
         head_dim: cfg.head_dim,

@@ -17,11 +17,23 @@ pub fn synth_model(n_layer: usize, seed: u64) -> PathBuf {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("kv-tests");
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("tiny-{n_layer}-{seed}-{}.gguf", std::process::id()));
-    if !path.exists() {
+    write_once(&path, |tmp| {
         let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
-        write_synth(&path, &o, &mut |_, _| {}).unwrap();
-    }
+        write_synth(tmp, &o, &mut |_, _| {}).unwrap();
+    });
     path
+}
+
+/// Writes `path` with `write` unless it exists, through a file of this thread's own renamed
+/// into place: tests of one binary run on several threads, and one must never read a file
+/// another is still writing.
+pub fn write_once(path: &std::path::Path, write: impl FnOnce(&std::path::Path)) {
+    if path.exists() {
+        return;
+    }
+    let tmp = path.with_extension(format!("{:?}.part", std::thread::current().id()));
+    write(&tmp);
+    std::fs::rename(&tmp, path).unwrap();
 }
 
 /// The sliding window of [`synth_model_arch`]'s gemma3 files: shorter than the tests' contexts.
@@ -42,7 +54,7 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
         "tiny-{arch}-{n_layer}-{seed}-{}.gguf",
         std::process::id()
     ));
-    if !path.exists() {
+    write_once(&path, |tmp| {
         let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
         let w = memwall::bench::synth::synth_writer(&o).unwrap();
         let mut out = memwall::gguf::writer::GgufWriter::new();
@@ -141,8 +153,8 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
                 }
             }
         }
-        out.write_to(&path).unwrap();
-    }
+        out.write_to(tmp).unwrap();
+    });
     path
 }
 
