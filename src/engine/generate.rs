@@ -271,42 +271,36 @@ impl<'a> Generator<'a> {
         let rows = self.session.eval(&input, Logits::All)?;
         let n_vocab = rows.len() / (k + 1);
         let row = |i: usize| &rows[i * n_vocab..(i + 1) * n_vocab];
-        let keep_rows = self.n_probs > 0;
-        let mut seen = self.history.clone();
-        let mut accepted = 0;
+        // The repetition penalty of row i sees the accepted drafts before it: they go on the
+        // history while verifying and come off again (they are pushed when handed out).
+        let held_history = self.history.len();
         let mut last = None;
         for (i, &d) in proposal.tokens.iter().enumerate() {
-            let p = self.sampler.distribution(row(i), &seen);
+            let p = self.sampler.distribution(row(i), &self.history);
             match accept(self.sampler, &p, d, proposal.q[i].as_deref()) {
-                Ok(()) => {
-                    accepted += 1;
-                    seen.push(d);
-                    self.pending.push_back(Pending {
-                        id: d,
-                        logits: if keep_rows {
-                            row(i).to_vec()
-                        } else {
-                            Vec::new()
-                        },
-                        in_cache: true,
-                    });
-                }
+                Ok(()) => self.history.push(d),
                 Err(t) => {
-                    last = Some((t, i));
+                    last = Some(t);
                     break;
                 }
             }
         }
-        let (t, i) = last.unwrap_or_else(|| (self.sampler.sample(row(k), &seen), k));
-        self.pending.push_back(Pending {
-            id: t,
-            logits: if keep_rows {
-                row(i).to_vec()
-            } else {
-                Vec::new()
-            },
-            in_cache: false,
-        });
+        let accepted = self.history.len() - held_history;
+        let t = last.unwrap_or_else(|| self.sampler.sample(row(k), &self.history));
+        self.history.truncate(held_history);
+        // Token i of the pass: the accepted drafts (in the cache), then the model's own.
+        let ids = proposal.tokens[..accepted].iter().chain([&t]);
+        for (i, &id) in ids.enumerate() {
+            self.pending.push_back(Pending {
+                id,
+                logits: if self.n_probs > 0 {
+                    row(i).to_vec()
+                } else {
+                    Vec::new()
+                },
+                in_cache: i < accepted,
+            });
+        }
         // The cache holds id and every draft: the rejected ones go.
         let held = self.session.tokens().len();
         self.session.truncate(held - (k - accepted));
@@ -361,12 +355,7 @@ impl<'a> Generator<'a> {
         }
         self.pending.clear();
         if let Some((spec, start)) = &self.spec {
-            let now = spec.stats();
-            self.out.speculative = Some(SpecStats {
-                passes: now.passes - start.passes,
-                drafted: now.drafted - start.drafted,
-                accepted: now.accepted - start.accepted,
-            });
+            self.out.speculative = Some(spec.stats().since(*start));
         }
         self.stop = Some(stop);
         self.out.stop = stop;

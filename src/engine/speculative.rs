@@ -50,7 +50,8 @@ pub struct DraftParams {
 
 impl Default for DraftParams {
     fn default() -> DraftParams {
-        // llama.cpp's speculative defaults: up to 16 drafted tokens, 0 minimum, p_min 0.75.
+        // Long drafts while the draft model is confident: a confident draft is cheap to
+        // verify, a doubtful one mostly wasted.
         DraftParams {
             max: 16,
             min: 0,
@@ -71,6 +72,15 @@ pub struct SpecStats {
 }
 
 impl SpecStats {
+    /// What was done between `start` and these statistics.
+    pub fn since(&self, start: SpecStats) -> SpecStats {
+        SpecStats {
+            passes: self.passes - start.passes,
+            drafted: self.drafted - start.drafted,
+            accepted: self.accepted - start.accepted,
+        }
+    }
+
     /// Accepted drafted tokens per drafted token (0 when none was drafted).
     pub fn acceptance(&self) -> f64 {
         if self.drafted == 0 {
@@ -191,14 +201,9 @@ impl Speculator {
         Ok(())
     }
 
-    /// What speculation did since the last `take_stats`.
+    /// What speculation did since this speculator was made.
     pub fn stats(&self) -> SpecStats {
         self.stats
-    }
-
-    /// The statistics so far, reset to zero.
-    pub fn take_stats(&mut self) -> SpecStats {
-        std::mem::take(&mut self.stats)
     }
 
     pub(crate) fn record(&mut self, drafted: usize, accepted: usize) {
