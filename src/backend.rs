@@ -7,7 +7,7 @@
 //! scheduler can give different layers to different backends: the hidden state crosses a
 //! boundary through `read`/`write`.
 
-use crate::config::Config;
+use crate::config::{Config, QkNorm};
 use crate::error::Result;
 use crate::kv_type::KvTypes;
 
@@ -36,6 +36,21 @@ pub enum WeightId {
     Gate(usize),
     Up(usize),
     Down(usize),
+    /// The router of a mixture-of-experts block: `[n_embd, n_expert]`, one logit per expert.
+    GateInp(usize),
+    /// Every expert's gate, up and down matrices stacked along a third axis: `[n_embd,
+    /// n_ff_exp, n_expert]` (down: `[n_ff_exp, n_embd, n_expert]`); expert e is rows
+    /// e * n_ff_exp.. of the 2-D view (e * n_embd.. for down), contiguous in the file.
+    GateExps(usize),
+    UpExps(usize),
+    DownExps(usize),
+    /// The shared expert every token runs (qwen2moe): its gate `[n_embd]` (one logit, through
+    /// a sigmoid) and its feed-forward matrices (`[n_embd, n_ff_shexp]`, down `[n_ff_shexp,
+    /// n_embd]`).
+    GateInpShexp(usize),
+    GateShexp(usize),
+    UpShexp(usize),
+    DownShexp(usize),
 }
 
 impl WeightId {
@@ -62,6 +77,14 @@ impl WeightId {
             Gate(l) => format!("blk.{l}.ffn_gate.weight"),
             Up(l) => format!("blk.{l}.ffn_up.weight"),
             Down(l) => format!("blk.{l}.ffn_down.weight"),
+            GateInp(l) => format!("blk.{l}.ffn_gate_inp.weight"),
+            GateExps(l) => format!("blk.{l}.ffn_gate_exps.weight"),
+            UpExps(l) => format!("blk.{l}.ffn_up_exps.weight"),
+            DownExps(l) => format!("blk.{l}.ffn_down_exps.weight"),
+            GateInpShexp(l) => format!("blk.{l}.ffn_gate_inp_shexp.weight"),
+            GateShexp(l) => format!("blk.{l}.ffn_gate_shexp.weight"),
+            UpShexp(l) => format!("blk.{l}.ffn_up_shexp.weight"),
+            DownShexp(l) => format!("blk.{l}.ffn_down_shexp.weight"),
         }
     }
 
@@ -71,11 +94,38 @@ impl WeightId {
         match self {
             TokEmbd | OutputNorm | Output => None,
             AttnNorm(l) | Wq(l) | Wk(l) | Wv(l) | Bq(l) | Bk(l) | Bv(l) | QNorm(l) | KNorm(l)
-            | Wo(l) | PostAttnNorm(l) | PostFfnNorm(l) | FfnNorm(l) | Gate(l) | Up(l) | Down(l) => {
-                Some(l)
+            | Wo(l) | PostAttnNorm(l) | PostFfnNorm(l) | FfnNorm(l) | Gate(l) | Up(l) | Down(l)
+            | GateInp(l) | GateExps(l) | UpExps(l) | DownExps(l) | GateInpShexp(l)
+            | GateShexp(l) | UpShexp(l) | DownShexp(l) => Some(l),
+        }
+    }
+
+    /// Whether this is a stack of every expert's matrices (`[cols, rows, n_expert]`): read an
+    /// expert at a time, never packed or uploaded whole.
+    pub fn is_expert_stack(self) -> bool {
+        matches!(
+            self,
+            WeightId::GateExps(_) | WeightId::UpExps(_) | WeightId::DownExps(_)
+        )
+    }
+}
+
+/// The matrices of block `l` (its norms, biases and the shared expert's gate vector are not):
+/// the attention projections, then the dense feed-forward's or, in a mixture-of-experts block,
+/// the router, the expert stacks and the shared expert's.
+pub(crate) fn block_matrices(cfg: &Config, l: usize) -> Vec<WeightId> {
+    use WeightId::*;
+    let mut v = vec![Wq(l), Wk(l), Wv(l), Wo(l)];
+    match &cfg.moe {
+        None => v.extend([Gate(l), Up(l), Down(l)]),
+        Some(m) => {
+            v.extend([GateInp(l), GateExps(l), UpExps(l), DownExps(l)]);
+            if m.n_ff_shared.is_some() {
+                v.extend([GateShexp(l), UpShexp(l), DownShexp(l)]);
             }
         }
     }
+    v
 }
 
 /// Compute operations of a llama-shaped forward pass. Shapes are row-major `[n_tokens, width]`
@@ -192,6 +242,19 @@ pub trait Backend {
         pos0: usize,
         out: &mut Self::Act,
     ) -> Result<()>;
+    /// out: [n, n_embd] = block `layer`'s mixture of experts on x: [n, n_embd] (the normalized
+    /// FFN input): each token's router logits through a softmax, its `n_expert_used` most
+    /// probable experts' feed-forwards weighted by their probabilities (divided by their sum
+    /// where `Moe::norm_weights`), plus the shared expert's times sigmoid(x · its gate) where
+    /// the model has one. A backend without expert kernels refuses (the scheduler keeps such
+    /// blocks off it).
+    fn moe(&mut self, layer: usize, x: &Self::Act, n: usize, out: &mut Self::Act) -> Result<()> {
+        let _ = (x, n, out);
+        Err(crate::error::Error::InvalidArgument(format!(
+            "block {layer} is a mixture of experts, which {} does not run",
+            self.name()
+        )))
+    }
     /// gate[i] = act(gate[i]) * up[i] for the first `len` elements, in place, with the model's
     /// activation (`Config::ffn_act`: SwiGLU or GeGLU).
     fn glu(&mut self, gate: &mut Self::Act, up: &Self::Act, len: usize) -> Result<()>;
@@ -345,18 +408,42 @@ pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
             (Wv(l), vec![e, kv]),
             (Wo(l), vec![q, e]),
             (FfnNorm(l), vec![e]),
-            (Gate(l), vec![e, ff]),
-            (Up(l), vec![e, ff]),
-            (Down(l), vec![ff, e]),
         ]);
+        match &cfg.moe {
+            None => v.extend([
+                (Gate(l), vec![e, ff]),
+                (Up(l), vec![e, ff]),
+                (Down(l), vec![ff, e]),
+            ]),
+            Some(m) => {
+                let (x, fe) = (m.n_expert, m.n_ff_exp);
+                v.extend([
+                    (GateInp(l), vec![e, x]),
+                    (GateExps(l), vec![e, fe, x]),
+                    (UpExps(l), vec![e, fe, x]),
+                    (DownExps(l), vec![fe, e, x]),
+                ]);
+                if let Some(fs) = m.n_ff_shared {
+                    v.extend([
+                        (GateInpShexp(l), vec![e]),
+                        (GateShexp(l), vec![e, fs]),
+                        (UpShexp(l), vec![e, fs]),
+                        (DownShexp(l), vec![fs, e]),
+                    ]);
+                }
+            }
+        }
         if cfg.qkv_bias {
             v.extend([(Bq(l), vec![q]), (Bk(l), vec![kv]), (Bv(l), vec![kv])]);
         }
-        if cfg.qk_norm {
-            v.extend([
-                (QNorm(l), vec![cfg.head_dim]),
-                (KNorm(l), vec![cfg.head_dim]),
-            ]);
+        // Per head ([head_dim]) or over the whole projection ([q_dim] and [kv_dim], olmoe).
+        let (qn, kn) = match cfg.qk_norm {
+            QkNorm::None => (0, 0),
+            QkNorm::PerHead => (cfg.head_dim, cfg.head_dim),
+            QkNorm::Whole => (q, kv),
+        };
+        if qn > 0 {
+            v.extend([(QNorm(l), vec![qn]), (KNorm(l), vec![kn])]);
         }
         if cfg.post_norms {
             v.extend([(PostAttnNorm(l), vec![e]), (PostFfnNorm(l), vec![e])]);

@@ -2,8 +2,10 @@
 //! llama, mistral, qwen2 (QKV bias, NeoX RoPE), qwen3 (per-head Q/K norms, NeoX RoPE), gemma3
 //! (scaled embedding, post-norms, GeGLU, interleaved sliding-window layers), gemma2 (the same
 //! with every other layer local and soft-capped attention scores), phi3 (fused QKV and
-//! gate/up tensors, partial rotary, LongRoPE) and others that share the shape. One forward pass reads these differences; there is no copy of the model per
-//! architecture.
+//! gate/up tensors, partial rotary, LongRoPE), the mixtures of experts qwen3moe, qwen2moe
+//! (a gated shared expert), olmoe (whole-projection Q/K norms) and llama with experts
+//! (Mixtral), and others that share the shape. One forward pass reads these differences;
+//! there is no copy of the model per architecture.
 
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -28,6 +30,37 @@ pub enum FfnAct {
     /// gemma (llama.cpp's `src/models/gemma3.cpp` builds its FFN with `LLM_FFN_GELU`,
     /// `LLM_FFN_PAR`, and ggml's `ggml_gelu` is the tanh approximation).
     GeluTanh,
+}
+
+/// Whether and how Q and K are RMS-normalized before RoPE.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum QkNorm {
+    None,
+    /// Each head's `[head_dim]` row on its own, one weight shared by the heads (qwen3,
+    /// qwen3moe: llama.cpp's `src/models/qwen3.cpp` normalizes the per-head views of Qcur and
+    /// Kcur).
+    PerHead,
+    /// The whole projection of a token (`[q_dim]` and `[kv_dim]` weights, olmoe:
+    /// `src/models/olmoe.cpp` normalizes Qcur and Kcur before splitting them into heads).
+    Whole,
+}
+
+/// A mixture-of-experts feed-forward in every block (qwen3moe, qwen2moe, olmoe, and llama
+/// files with experts: Mixtral). llama.cpp's `build_moe_ffn` (src/llama-graph.cpp) with a
+/// softmax gate: the router's logits through a softmax, the `n_expert_used` largest kept,
+/// their probabilities as the experts' weights.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Moe {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    /// Feed-forward width of one expert.
+    pub n_ff_exp: usize,
+    /// The kept probabilities are divided by their sum (`norm_w`: true for qwen3moe and
+    /// llama, false for qwen2moe and olmoe, as their graph builders pass it).
+    pub norm_weights: bool,
+    /// Width of the shared expert every token also runs (qwen2moe), scaled by the sigmoid of
+    /// its own gate (`ffn_gate_inp_shexp`).
+    pub n_ff_shared: Option<usize>,
 }
 
 /// Sliding-window (local) attention on some layers, as gemma3 interleaves it with global
@@ -98,10 +131,10 @@ pub struct Config {
     pub tied_embeddings: bool,
     /// Q, K and V projections have bias vectors (qwen2).
     pub qkv_bias: bool,
-    /// Each head of Q and K is RMS-normalized (its own `[head_dim]` weight) before RoPE
-    /// (qwen3: llama.cpp's `src/models/qwen3.cpp` applies `attn_q_norm` / `attn_k_norm` to the
-    /// per-head views of Qcur and Kcur, then `ggml_rope_ext` in NeoX mode).
-    pub qk_norm: bool,
+    /// Q and K are RMS-normalized (`attn_q_norm` / `attn_k_norm`) before RoPE.
+    pub qk_norm: QkNorm,
+    /// The feed-forward is a mixture of experts (in every block).
+    pub moe: Option<Moe>,
     /// Every this-many-th block (blocks l with (l + 1) % step == 0) applies no RoPE (NoPE):
     /// smollm3, whose step of 4 llama.cpp sets in code, not in the file
     /// (`src/models/smollm3.cpp`: `n_no_rope_layer_step = 4`, `use_rope = (il + 1) %
@@ -135,6 +168,9 @@ const SUPPORTED: &[(&str, RopeKind)] = &[
     ("mistral", RopeKind::Normal),
     ("qwen2", RopeKind::Neox),
     ("qwen3", RopeKind::Neox),
+    ("qwen2moe", RopeKind::Neox),
+    ("qwen3moe", RopeKind::Neox),
+    ("olmoe", RopeKind::Neox),
     ("smollm3", RopeKind::Normal),
     ("gemma2", RopeKind::Neox),
     ("gemma3", RopeKind::Neox),
@@ -222,7 +258,12 @@ impl Config {
         // A fused bias (`attn_qkv.bias`) is split with its weight by `unfuse`.
         let qkv_bias =
             g.tensor("blk.0.attn_q.bias").is_some() || g.tensor("blk.0.attn_qkv.bias").is_some();
-        let qk_norm = g.tensor("blk.0.attn_q_norm.weight").is_some();
+        let qk_norm = match g.tensor("blk.0.attn_q_norm.weight") {
+            None => QkNorm::None,
+            Some(t) if t.n_elements as usize == head_dim => QkNorm::PerHead,
+            Some(_) => QkNorm::Whole,
+        };
+        let moe = moe_of(g, &arch, n_ff)?;
         let no_rope_layer_step = (arch == "smollm3").then_some(4);
         let rope_freq_factors = match g.tensor("rope_freqs.weight") {
             None if scaling == Some("llama3") => {
@@ -345,6 +386,7 @@ impl Config {
             tied_embeddings,
             qkv_bias,
             qk_norm,
+            moe,
             no_rope_layer_step,
             ffn_act: if gemma {
                 FfnAct::GeluTanh
@@ -394,6 +436,19 @@ impl Config {
         }
         if !(self.rope_base.is_finite() && self.rope_base > 0.0) {
             return bad(format!("RoPE base {} is not valid", self.rope_base));
+        }
+        if let Some(m) = &self.moe {
+            if m.n_expert == 0
+                || m.n_expert_used == 0
+                || m.n_expert_used > m.n_expert
+                || m.n_ff_exp == 0
+                || m.n_ff_shared == Some(0)
+            {
+                return bad(format!(
+                    "mixture of experts using {} of {} experts of width {} (shared {:?})",
+                    m.n_expert_used, m.n_expert, m.n_ff_exp, m.n_ff_shared
+                ));
+            }
         }
         if let Some(w) = &self.sliding_window {
             if w.size == 0 || w.layers.len() != self.n_layer {
@@ -489,8 +544,26 @@ impl Config {
         if self.qkv_bias {
             d.push("Q, K and V biases".into());
         }
-        if self.qk_norm {
-            d.push("per-head RMS norms of Q and K before RoPE".into());
+        match self.qk_norm {
+            QkNorm::None => {}
+            QkNorm::PerHead => d.push("per-head RMS norms of Q and K before RoPE".into()),
+            QkNorm::Whole => d.push("RMS norms of the whole Q and K before RoPE".into()),
+        }
+        if let Some(m) = &self.moe {
+            d.push(format!(
+                "mixture of experts: {} of {} experts of width {} per token{}{}",
+                m.n_expert_used,
+                m.n_expert,
+                m.n_ff_exp,
+                if m.norm_weights {
+                    ", weights normalized to sum 1"
+                } else {
+                    ""
+                },
+                m.n_ff_shared
+                    .map(|w| format!(", a gated shared expert of width {w}"))
+                    .unwrap_or_default()
+            ));
         }
         if self.embed_scale != 1.0 {
             d.push(format!("token embedding scaled by {}", self.embed_scale));
@@ -628,6 +701,52 @@ impl Config {
     pub fn kv_dim(&self) -> usize {
         self.n_head_kv * self.head_dim
     }
+}
+
+/// The mixture-of-experts configuration of an `arch` file, if its blocks have experts
+/// (`<arch>.expert_count` > 0; required for qwen2moe, qwen3moe and olmoe). The expert width is
+/// `expert_feed_forward_length`, else llama.cpp's default: `n_ff / n_expert_used` for the qwen
+/// MoE models, `n_ff` for the others (src/models/qwen3moe.cpp, llama.cpp, olmoe.cpp).
+fn moe_of(g: &Gguf, arch: &str, n_ff: usize) -> Result<Option<Moe>> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let qwen = matches!(arch, "qwen2moe" | "qwen3moe");
+    let needs = qwen || arch == "olmoe";
+    let n_expert = g.opt(&key("expert_count"), Gguf::get_u32)?.unwrap_or(0) as usize;
+    if n_expert == 0 {
+        if needs {
+            return Err(Error::Config(format!(
+                "{arch} needs {} > 0 (a mixture-of-experts architecture)",
+                key("expert_count")
+            )));
+        }
+        return Ok(None);
+    }
+    if !needs && !matches!(arch, "llama" | "mistral") {
+        return Err(Error::Config(format!(
+            "{arch} with experts ({} = {n_expert}) is not supported",
+            key("expert_count")
+        )));
+    }
+    let n_expert_used = g.get_u32(&key("expert_used_count"))? as usize;
+    let n_ff_exp = match g.opt(&key("expert_feed_forward_length"), Gguf::get_u32)? {
+        Some(w) => w as usize,
+        None if qwen => n_ff / n_expert_used.max(1),
+        None => n_ff,
+    };
+    let n_ff_shared = match arch {
+        "qwen2moe" => Some(
+            g.opt(&key("expert_shared_feed_forward_length"), Gguf::get_u32)?
+                .map_or(n_ff, |w| w as usize),
+        ),
+        _ => None,
+    };
+    Ok(Some(Moe {
+        n_expert,
+        n_expert_used,
+        n_ff_exp,
+        norm_weights: matches!(arch, "qwen3moe" | "llama" | "mistral"),
+        n_ff_shared,
+    }))
 }
 
 /// A `[n_rot / 2]` table of per-pair RoPE frequency factors, each a positive number.

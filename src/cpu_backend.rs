@@ -20,6 +20,7 @@ use f32act::matmul_f32_act;
 use kernels_ref::GgmlType;
 use kv::LayerKv;
 
+mod moe;
 mod prepared;
 pub use prepared::PreparedWeights;
 
@@ -65,6 +66,8 @@ pub struct CpuBackend {
     streamed: Vec<bool>,
     /// The stream slot holding the block now running, while it runs.
     slot: Option<Slot>,
+    /// Buffers of the mixture-of-experts step.
+    moe: moe::MoeScratch,
 }
 
 fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
@@ -154,7 +157,8 @@ impl CpuBackend {
                         ty: t.ty,
                         offset: t.file_offset as usize,
                         n_bytes: t.n_bytes as usize,
-                        rows: dims[1],
+                        // An expert stack [cols, rows, n_expert] is n_expert * rows rows.
+                        rows: dims[1..].iter().product(),
                         cols: dims[0],
                     },
                 );
@@ -190,6 +194,7 @@ impl CpuBackend {
             rope_cache: Default::default(),
             streamed: Vec::new(),
             slot: None,
+            moe: Default::default(),
         };
         b.kv = (0..b.cfg.n_layer).map(|_| None).collect();
         for (l, &on) in kv_layers.iter().enumerate().take(b.cfg.n_layer) {
@@ -519,6 +524,10 @@ impl Backend for CpuBackend {
             AttnScores::new(scale).window(window).softcap(softcap),
             &mut out[..n * n_head * hd],
         )
+    }
+
+    fn moe(&mut self, layer: usize, x: &Vec<f32>, n: usize, out: &mut Vec<f32>) -> Result<()> {
+        self.moe_ffn(layer, x, n, out)
     }
 
     fn glu(&mut self, gate: &mut Vec<f32>, up: &Vec<f32>, len: usize) -> Result<()> {

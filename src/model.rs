@@ -4,7 +4,7 @@
 //! (`scheduler::exec`) runs each stage on its backend and moves the hidden state between them.
 
 use crate::backend::{Backend, WeightId};
-use crate::config::Config;
+use crate::config::{Config, QkNorm};
 use crate::error::{Error, Result};
 
 /// Which logits a forward call returns.
@@ -58,7 +58,8 @@ pub struct Scratch<A> {
     pub o: A,
     /// [batch, n_ff] gate projection, then SwiGLU result
     pub g: A,
-    /// [batch, n_ff] up projection
+    /// [batch, max(n_ff, kv_dim)] up projection (and the normalized K while attention runs in
+    /// a model with Q/K norms)
     pub u: A,
     /// [batch, n_embd] rows whose logits are wanted
     pub sel: A,
@@ -83,7 +84,7 @@ impl<A> Scratch<A> {
             att: b.alloc(batch * cfg.q_dim())?,
             o: b.alloc(batch * cfg.n_embd)?,
             g: b.alloc(batch * cfg.n_ff)?,
-            u: b.alloc(batch * cfg.n_ff)?,
+            u: b.alloc(batch * cfg.n_ff.max(cfg.kv_dim()))?,
             sel: b.alloc(batch * cfg.n_embd)?,
             logits: b.alloc(batch * cfg.n_vocab)?,
         })
@@ -113,26 +114,35 @@ pub fn layer_stage<B: Backend>(
         b.add_bias(Bk(l), &mut s.k, n)?;
         b.add_bias(Bv(l), &mut s.v, n)?;
     }
-    if cfg.qk_norm {
-        // Each head's row of head_dim values normalized on its own: q into att, k into u (both
-        // free here and at least as large: [n, q_dim] and [n, n_ff]), then the handles swapped
-        // so RoPE and attention read the normalized values; u is swapped back below, att keeps
-        // q's old buffer (the same shape).
-        b.rms_norm(QNorm(l), &s.q, n * cfg.n_head, &mut s.att)?;
+    let qk_norm = cfg.qk_norm != QkNorm::None;
+    if qk_norm {
+        // Rows of head_dim values (each head on its own) or of the whole projection: q into
+        // att, k into u (both free here and at least as large: [n, q_dim] and [n, max(n_ff, kv_dim)]),
+        // then the handles swapped so RoPE and attention read the normalized values; u is
+        // swapped back below, att keeps q's old buffer (the same shape).
+        let (qr, kr) = match cfg.qk_norm {
+            QkNorm::PerHead => (n * cfg.n_head, n * cfg.n_head_kv),
+            _ => (n, n),
+        };
+        b.rms_norm(QNorm(l), &s.q, qr, &mut s.att)?;
         std::mem::swap(&mut s.q, &mut s.att);
-        b.rms_norm(KNorm(l), &s.k, n * cfg.n_head_kv, &mut s.u)?;
+        b.rms_norm(KNorm(l), &s.k, kr, &mut s.u)?;
         std::mem::swap(&mut s.k, &mut s.u);
     }
     if cfg.uses_rope(l) {
         b.rope_qk(l, &mut s.q, &mut s.k, n, (cfg.n_head, cfg.n_head_kv), pos0)?;
     }
     b.attention(l, &s.q, &s.k, &s.v, n, pos0, &mut s.att)?;
-    if cfg.qk_norm {
+    if qk_norm {
         std::mem::swap(&mut s.k, &mut s.u);
     }
     residual(b, cfg, s, Wo(l), PostAttnNorm(l), Att, n)?;
     // Feed-forward block.
     b.rms_norm(FfnNorm(l), &s.x, n, &mut s.h)?;
+    if cfg.moe.is_some() {
+        b.moe(l, &s.h, n, &mut s.o)?;
+        return add_branch(b, cfg, s, PostFfnNorm(l), n);
+    }
     b.matmul_gate_up(l, &s.h, n, &mut s.g, &mut s.u)?;
     // SwiGLU / GeGLU written over the gate buffer: each element reads only its own inputs.
     b.glu(&mut s.g, &s.u, n * cfg.n_ff)?;
@@ -168,6 +178,21 @@ fn residual<B: Backend>(
         return b.matmul_add(w, y, n, cfg.n_embd, &mut s.o, &mut s.x);
     }
     b.matmul(w, y, n, &mut s.o)?;
+    add_branch(b, cfg, s, post, n)
+}
+
+/// x += s.o, the branch output (rms_norm(s.o) with the `post` weights where the model
+/// normalizes its branches).
+fn add_branch<B: Backend>(
+    b: &mut B,
+    cfg: &Config,
+    s: &mut Scratch<B::Act>,
+    post: WeightId,
+    n: usize,
+) -> Result<()> {
+    if !cfg.post_norms {
+        return b.add(&mut s.x, &s.o, n * cfg.n_embd);
+    }
     b.rms_norm(post, &s.o, n, &mut s.h)?;
     b.add(&mut s.x, &s.h, n * cfg.n_embd)
 }

@@ -6,8 +6,10 @@
 //! scaled embedding, post-norms, GeGLU, sliding-window blocks with their own RoPE base and a
 //! final-logit soft-cap, gemma2 with every other block local and soft-capped attention scores,
 //! phi3 with fused QKV and gate/up tensors, partial rotary and LongRoPE
-//! (long and short factors, the attention factor); each written with its architecture's
-//! metadata keys and tensor names.
+//! (long and short factors, the attention factor), and the mixtures of experts: qwen3moe (per-
+//! head Q/K norms, normalized expert weights), qwen2moe (QKV biases, a gated shared expert),
+//! olmoe (whole-projection Q/K norms) and mixtral (llama with experts); each written with its
+//! architecture's metadata keys and tensor names.
 //! For each, the CPU backend's logits match a forward pass built from kernels-ref alone, in one
 //! batch and token by token, across weight formats; and on the GPU.
 
@@ -35,6 +37,12 @@ const GEMMA3_WINDOW: usize = 5;
 const PHI3_N_ROT: usize = 12;
 /// phi3's original context: sessions past it use the long LongRoPE factors.
 const PHI3_ORIG_CTX: usize = 32;
+/// Experts per block of the MoE variants, and how many each token uses.
+const N_EXPERT: usize = 4;
+const N_EXPERT_USED: usize = 2;
+/// The qwen MoE variants' expert width (`expert_feed_forward_length`) and shared expert's.
+const N_FF_EXP: usize = 32;
+const N_FF_SHARED: usize = 64;
 /// phi3's LongRoPE attention factor (sqrt(1 + ln(32) / ln(4096)), Phi-4-mini's).
 const PHI3_ATTN_FACTOR: f32 = 1.1902;
 
@@ -82,10 +90,28 @@ impl Variant {
     /// The architecture the file names: "llama3" is a llama file with Llama 3's RoPE
     /// frequency factors (`rope_freqs.weight`).
     fn file_arch(&self) -> &'static str {
-        if self.arch == "llama3" {
-            "llama"
-        } else {
-            self.arch
+        match self.arch {
+            "llama3" | "mixtral" => "llama",
+            a => a,
+        }
+    }
+    /// A mixture of experts (`N_EXPERT` experts, `N_EXPERT_USED` per token).
+    fn moe(&self) -> bool {
+        matches!(self.arch, "qwen3moe" | "qwen2moe" | "olmoe" | "mixtral")
+    }
+    /// The experts' width: the qwen MoE files state theirs, the others use n_ff.
+    fn n_ff_exp(&self) -> usize {
+        match self.arch {
+            "qwen3moe" | "qwen2moe" => N_FF_EXP,
+            _ => N_FF,
+        }
+    }
+    fn expected_qk_norm(&self) -> memwall::config::QkNorm {
+        use memwall::config::QkNorm;
+        match self.arch {
+            _ if self.qwen3() => QkNorm::PerHead,
+            "olmoe" => QkNorm::Whole,
+            _ => QkNorm::None,
         }
     }
     /// Per-pair RoPE factors of the "llama3" variant ([HEAD_DIM / 2]). Spread well beyond the
@@ -96,7 +122,7 @@ impl Variant {
     }
     /// qwen3 and gemma3: per-head Q/K norms and a head size of 32 at width 64 with 4 heads.
     fn qwen3(&self) -> bool {
-        self.arch == "qwen3" || self.gemma3()
+        matches!(self.arch, "qwen3" | "qwen3moe") || self.gemma3()
     }
     /// gemma2: gemma3's shape without Q/K norms, every other block local (RoPE as the global
     /// ones), attention scores soft-capped low enough to bend these scores.
@@ -143,6 +169,11 @@ impl Variant {
             HEAD_DIM
         }
     }
+}
+
+/// A norm weight of `n` values around 1.
+fn norm_of(rng: &mut Rng, n: usize) -> Vec<f32> {
+    rand_vec(rng, n, 0.3).iter().map(|v| 1.0 + v).collect()
 }
 
 fn write_model(v: &Variant, path: &std::path::Path) {
@@ -222,6 +253,26 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             // Phi-3-mini's files state a window; llama.cpp runs them with global attention.
             .metadata(format!("{a}.attention.sliding_window"), Value::U32(4));
     }
+    if v.moe() {
+        w = w
+            .metadata(format!("{a}.expert_count"), Value::U32(N_EXPERT as u32))
+            .metadata(
+                format!("{a}.expert_used_count"),
+                Value::U32(N_EXPERT_USED as u32),
+            );
+        if v.n_ff_exp() != N_FF {
+            w = w.metadata(
+                format!("{a}.expert_feed_forward_length"),
+                Value::U32(v.n_ff_exp() as u32),
+            );
+        }
+        if v.arch == "qwen2moe" {
+            w = w.metadata(
+                format!("{a}.expert_shared_feed_forward_length"),
+                Value::U32(N_FF_SHARED as u32),
+            );
+        }
+    }
     if v.qwen3() || v.gemma2() {
         // Qwen3's files state the head size; it is not n_embd / n_head.
         let hd = Value::U32(v.head_dim() as u32);
@@ -274,23 +325,53 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             w = mat(w, p("attn_v.weight"), kv, N_EMBD, &mut rng);
         }
         w = mat(w, p("attn_output.weight"), N_EMBD, q, &mut rng);
-        if v.phi3() {
+        if v.moe() {
+            // The router stays f32 (as real MoE files keep it), spread wide enough that the
+            // top experts stand apart; each stack is n_expert matrices one after the other.
+            let r = rand_vec(&mut rng, N_EMBD * N_EXPERT, 3.0 / (N_EMBD as f32).sqrt());
+            w = w.tensor_f32(
+                p("ffn_gate_inp.weight"),
+                &[N_EMBD as u64, N_EXPERT as u64],
+                &r,
+            );
+            let fe = v.n_ff_exp();
+            for (name, rows, cols) in [
+                ("ffn_gate_exps.weight", fe, N_EMBD),
+                ("ffn_up_exps.weight", fe, N_EMBD),
+                ("ffn_down_exps.weight", N_EMBD, fe),
+            ] {
+                let x = rand_vec(&mut rng, N_EXPERT * rows * cols, 1.5 / (cols as f32).sqrt());
+                let bytes = kernels_ref::quantize(v.matrix_type, &x).unwrap();
+                let dims = [cols as u64, rows as u64, N_EXPERT as u64];
+                w = w.tensor(p(name), v.matrix_type, &dims, bytes);
+            }
+            if v.arch == "qwen2moe" {
+                let gate = rand_vec(&mut rng, N_EMBD, 1.0 / (N_EMBD as f32).sqrt());
+                w = w.tensor_f32(p("ffn_gate_inp_shexp.weight"), &[N_EMBD as u64], &gate);
+                w = mat(w, p("ffn_gate_shexp.weight"), N_FF_SHARED, N_EMBD, &mut rng);
+                w = mat(w, p("ffn_up_shexp.weight"), N_FF_SHARED, N_EMBD, &mut rng);
+                w = mat(w, p("ffn_down_shexp.weight"), N_EMBD, N_FF_SHARED, &mut rng);
+            }
+        } else if v.phi3() {
             w = mat(w, p("ffn_up.weight"), 2 * N_FF, N_EMBD, &mut rng);
         } else {
             w = mat(w, p("ffn_gate.weight"), N_FF, N_EMBD, &mut rng);
             w = mat(w, p("ffn_up.weight"), N_FF, N_EMBD, &mut rng);
         }
-        w = mat(w, p("ffn_down.weight"), N_EMBD, N_FF, &mut rng);
+        if !v.moe() {
+            w = mat(w, p("ffn_down.weight"), N_EMBD, N_FF, &mut rng);
+        }
+        if v.arch == "olmoe" {
+            // Over the whole projections: [q_dim] and [kv_dim].
+            let qn = norm_of(&mut rng, q);
+            let kn = norm_of(&mut rng, kv);
+            w = w.tensor_f32(p("attn_q_norm.weight"), &[q as u64], &qn);
+            w = w.tensor_f32(p("attn_k_norm.weight"), &[kv as u64], &kn);
+        }
         if v.qwen3() {
             let hd = v.head_dim();
-            let qn = rand_vec(&mut rng, hd, 0.3)
-                .iter()
-                .map(|v| 1.0 + v)
-                .collect::<Vec<_>>();
-            let kn = rand_vec(&mut rng, hd, 0.3)
-                .iter()
-                .map(|v| 1.0 + v)
-                .collect::<Vec<_>>();
+            let qn = norm_of(&mut rng, hd);
+            let kn = norm_of(&mut rng, hd);
             w = w.tensor_f32(p("attn_q_norm.weight"), &[hd as u64], &qn);
             w = w.tensor_f32(p("attn_k_norm.weight"), &[hd as u64], &kn);
         }
@@ -315,7 +396,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_and_moe_match_the_reference() {
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -351,20 +432,46 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_match_the_referen
         v("phi3", true, false, GgmlType::Q4_0),
         // A fused bias too (split with its weight).
         v("phi3", false, true, GgmlType::F16),
+        v("qwen3moe", false, false, GgmlType::F32),
+        v("qwen3moe", true, false, GgmlType::Q8_0),
+        v("qwen2moe", false, true, GgmlType::F16),
+        v("olmoe", false, false, GgmlType::F32),
+        v("mixtral", false, false, GgmlType::F32),
+        v("mixtral", true, false, GgmlType::Q8_0),
     ];
     for v in &variants {
         let v: &Variant = v;
         let path = dir.join(format!("{}-{}.gguf", v.arch, v.matrix_type));
         write_model(v, &path);
-        let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+        let float = matches!(v.matrix_type, GgmlType::F32 | GgmlType::F16);
+        // Quantized experts run with f32 activations: the 8-bit ones move a random router's
+        // near-ties enough to swap an expert now and then (which moves the logits by far more
+        // than rounding), while f32 activations check the expert kernels to rounding.
+        let f32_activations = v.moe() && !float;
+        let opts = LoadOptions {
+            f32_activations,
+            ..Default::default()
+        };
+        let model = Arc::new(Model::load(&path, &opts).unwrap());
         let c = model.config().clone();
         assert_eq!(c.tied_embeddings, v.tied);
         assert_eq!(c.qkv_bias, v.bias);
-        assert_eq!(c.qk_norm, v.qwen3());
+        assert_eq!(c.qk_norm, v.expected_qk_norm());
         if v.longrope().is_none() {
             assert_eq!(c.rope_freq_factors, v.rope_factors());
         }
         assert_eq!(c.head_dim, v.head_dim());
+        match &c.moe {
+            Some(m) => {
+                assert!(v.moe());
+                assert_eq!((m.n_expert, m.n_expert_used), (N_EXPERT, N_EXPERT_USED));
+                assert_eq!(m.n_ff_exp, v.n_ff_exp());
+                assert_eq!(m.norm_weights, matches!(v.arch, "qwen3moe" | "mixtral"));
+                let shared = (v.arch == "qwen2moe").then_some(N_FF_SHARED);
+                assert_eq!(m.n_ff_shared, shared);
+            }
+            None => assert!(!v.moe()),
+        }
         assert_eq!(c.post_norms, v.gemma());
         if v.gemma2() {
             let local: Vec<bool> = (0..4).map(|l| c.window(l).is_some()).collect();
@@ -410,11 +517,10 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_match_the_referen
             "{} {} tied={} bias={}: max rel err {e:.2e}",
             v.arch, v.matrix_type, v.tied, v.bias
         );
-        let float = matches!(v.matrix_type, GgmlType::F32 | GgmlType::F16);
         // The Q8_0 embedding feeds the output head in tied variants, with 8-bit activations.
-        let tol = if float && !v.tied {
+        let tol = if (float || f32_activations) && !v.tied {
             2e-3
-        } else if float {
+        } else if float || f32_activations {
             2e-2
         } else {
             0.12
@@ -529,6 +635,9 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
         ("phi3", GgmlType::Q8_0, true, 0.12),
         ("gemma2", GgmlType::F32, false, 5e-3),
         ("gemma2", GgmlType::Q8_0, true, 0.12),
+        // The expert blocks stay on the CPU; the embedding and head run on the GPU.
+        ("qwen3moe", GgmlType::F32, false, 5e-3),
+        ("qwen2moe", GgmlType::F32, true, 5e-3),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
@@ -554,7 +663,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
         };
         assert!(model.gpu().is_some(), "--device gpu must not fall back");
         let c = model.config().clone();
-        assert_eq!(c.qk_norm, v.qwen3());
+        assert_eq!(c.qk_norm, v.expected_qk_norm());
         if v.longrope().is_none() {
             assert_eq!(c.rope_freq_factors, v.rope_factors());
         }

@@ -76,7 +76,7 @@ fn the_file_reads_as_gemma3() {
     assert_eq!(c.window(0), Some(512));
     assert_eq!(c.rope_of(0), (10000.0, 1.0));
     assert_eq!(c.rope_of(5), (1e6, 1.0));
-    assert!(c.post_norms && c.qk_norm && c.tied_embeddings);
+    assert!(c.post_norms && c.qk_norm == memwall::config::QkNorm::PerHead && c.tied_embeddings);
     assert_eq!(c.final_logit_softcap, None);
 }
 

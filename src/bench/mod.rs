@@ -64,6 +64,7 @@ pub mod report;
 pub mod requant;
 pub mod results;
 pub mod synth;
+pub mod upcycle;
 
 use std::path::Path;
 use std::sync::Arc;

@@ -303,6 +303,18 @@ fn splitmix(state: &mut u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A uniform value in [-1, 1) from 24 random bits of the stream `state`.
+pub(crate) fn uniform(state: &mut u64) -> f32 {
+    (splitmix(state) >> 40) as f32 / (1u32 << 23) as f32 - 1.0
+}
+
+/// FNV-1a of a tensor name: a per-tensor seed that does not depend on the tensor order.
+pub(crate) fn hash_name(name: &str) -> u64 {
+    name.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 /// Rows generated and quantized per parallel task.
 const ROWS_PER_CHUNK: usize = 64;
 
@@ -320,8 +332,7 @@ fn tensor_data(spec: &Spec, index: usize, seed: u64) -> Result<Vec<u8>> {
             // [n / cols, cols] values of this chunk's rows.
             let x: Vec<f32> = (0..n)
                 .map(|_| {
-                    // 24 random bits to a uniform value in [-1, 1).
-                    let u = (splitmix(&mut st) >> 40) as f32 / (1u32 << 23) as f32 - 1.0;
+                    let u = uniform(&mut st);
                     match spec.kind {
                         Fill::Matrix { scale } => u * scale,
                         Fill::Norm => 1.0 + 0.1 * u,

@@ -31,16 +31,21 @@ pub struct PreparedWeights {
 /// The matrices (not norms or biases) of blocks with `layers[l]` set, and the head's matrix
 /// with `head`: `Output`, or the embedding table a tied head multiplies with.
 fn matrices(cfg: &Config, layers: &[bool], head: bool) -> Vec<WeightId> {
-    use WeightId::*;
     let mut ids = Vec::new();
     // The head first: the largest matrix, packed while little else is held, so its file pages
     // and its packed copy, both resident until it is done, do not add to the load's peak.
     if head {
-        ids.push(if cfg.tied_embeddings { TokEmbd } else { Output });
+        ids.push(if cfg.tied_embeddings {
+            WeightId::TokEmbd
+        } else {
+            WeightId::Output
+        });
     }
     for (l, _) in layers.iter().enumerate().filter(|(_, &on)| on) {
         if l < cfg.n_layer {
-            ids.extend([Wq(l), Wk(l), Wv(l), Wo(l), Gate(l), Up(l), Down(l)]);
+            // Expert stacks are read an expert at a time from the file, never packed whole.
+            let mats = crate::backend::block_matrices(cfg, l);
+            ids.extend(mats.into_iter().filter(|id| !id.is_expert_stack()));
         }
     }
     ids

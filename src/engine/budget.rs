@@ -113,8 +113,8 @@ fn costs(
     let mut spans = Vec::with_capacity(cfg.n_layer);
     for l in 0..cfg.n_layer {
         let mut b = 0;
-        for id in [Wq(l), Wk(l), Wv(l), Wo(l), Gate(l), Up(l), Down(l)] {
-            b += held_bytes(g, id, pack)?;
+        for id in crate::backend::block_matrices(cfg, l) {
+            b += held_bytes(g, id, pack && !id.is_expert_stack())?;
         }
         resident.push(b);
         spans.push(block_span(g, l).ok_or_else(|| Error::Tensor {

@@ -31,7 +31,8 @@ impl StageFormats {
             ..StageFormats::default()
         };
         for (id, dims) in crate::backend::expected_weights(cfg) {
-            if dims.len() < 2 {
+            // Expert stacks never run on the GPU (its MoE blocks stay on the CPU).
+            if dims.len() < 2 || id.is_expert_stack() {
                 continue;
             }
             let t = gguf.require_tensor(&id.tensor_name())?;
@@ -155,7 +156,17 @@ pub fn check_model(
     let formats = StageFormats::of(gguf, cfg)?;
     let needed = needed_keys(ctx, &formats, kv);
     let mut h = health::check(ctx, &needed, opts)?;
-    let capable = gpu_capable(&formats, &h.unavailable);
+    let mut capable = gpu_capable(&formats, &h.unavailable);
+    if cfg.moe.is_some() {
+        // The GPU has no expert kernels yet: a mixture-of-experts block runs on the CPU.
+        capable.layers.fill(Device::Cpu);
+        let note = format!(
+            "the {} mixture-of-experts blocks run on the CPU (no GPU expert kernels)",
+            cfg.n_layer
+        );
+        log::info!("{note}");
+        h.report.notes.push(note);
+    }
     let cpu_layers = capable.layers.iter().filter(|&&d| d == Device::Cpu).count();
     if !h.unavailable.is_empty() {
         let keys: Vec<String> = h.unavailable.iter().map(KernelKey::label).collect();

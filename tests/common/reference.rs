@@ -1,9 +1,11 @@
 //! A llama-family forward pass built from kernels-ref's reference ops alone: the oracle the
 //! engine's forward pass is compared with. It follows llama.cpp's graphs for each difference
-//! the config names (src/models/qwen3.cpp, gemma2.cpp, gemma3.cpp, smollm3.cpp, phi3.cpp), reading the
-//! file's tensors as stored (phi3's fused `attn_qkv` and stacked gate/up `ffn_up` included).
+//! the config names (src/models/qwen3.cpp, gemma2.cpp, gemma3.cpp, smollm3.cpp, phi3.cpp,
+//! qwen3moe.cpp, qwen2moe.cpp, olmoe.cpp, and `build_moe_ffn` in src/llama-graph.cpp), reading
+//! the file's tensors as stored (phi3's fused `attn_qkv` and stacked gate/up `ffn_up`, the
+//! experts' stacked `ffn_*_exps` included).
 
-use memwall::config::{Config, FfnAct, RopeKind};
+use memwall::config::{Config, FfnAct, QkNorm, RopeKind};
 use memwall::gguf::Gguf;
 
 /// Raw bytes, type, rows and cols of matrix `name`.
@@ -28,6 +30,85 @@ fn matmul(g: &Gguf, name: &str, x: &[f32], n: usize) -> Vec<f32> {
     let mut y = vec![f32::NAN; n * rows];
     kernels_ref::matmul(ty, &w, rows, cols, x, n, &mut y).unwrap();
     y
+}
+
+/// y: [n, rows] = x: [n, cols] · expert e's matrix of the stack `name` ([cols, rows,
+/// n_expert]).
+fn expert_matmul(g: &Gguf, name: &str, e: usize, x: &[f32], n: usize) -> Vec<f32> {
+    let t = g.require_tensor(name).unwrap();
+    let (cols, rows) = (t.dims[0] as usize, t.dims[1] as usize);
+    let rb = t.ty.row_bytes(cols as u64).unwrap() as usize;
+    let w = &g.tensor_data(t)[e * rows * rb..(e + 1) * rows * rb];
+    let mut y = vec![f32::NAN; n * rows];
+    kernels_ref::matmul(t.ty, w, rows, cols, x, n, &mut y).unwrap();
+    y
+}
+
+/// The gated feed-forward down(act(gate · x) * (up · x)) of the matrices `gate`, `up`,
+/// `down` (expert e of stacks when `e` is given) on x: [n, n_embd].
+fn ffn(g: &Gguf, c: &Config, names: [&str; 3], e: Option<usize>, x: &[f32], n: usize) -> Vec<f32> {
+    let mm = |name: &str, x: &[f32]| match e {
+        Some(e) => expert_matmul(g, name, e, x, n),
+        None => matmul(g, name, x, n),
+    };
+    let (gate, up) = (mm(names[0], x), mm(names[1], x));
+    let mut s = vec![0f32; gate.len()];
+    match c.ffn_act {
+        FfnAct::Silu => kernels_ref::swiglu(&gate, &up, &mut s),
+        FfnAct::GeluTanh => kernels_ref::geglu(&gate, &up, &mut s),
+    }
+    mm(names[2], &s)
+}
+
+/// Block l's mixture of experts on h: [n, n_embd], token by token as llama.cpp's
+/// `build_moe_ffn`: softmax of the router's logits, the top n_expert_used experts weighted by
+/// their (normalized) probabilities, plus qwen2moe's shared expert times the sigmoid of its
+/// gate.
+fn moe(g: &Gguf, c: &Config, l: usize, h: &[f32], n: usize) -> Vec<f32> {
+    let m = c.moe.as_ref().unwrap();
+    let e = c.n_embd;
+    let p = |s: &str| format!("blk.{l}.{s}");
+    let logits = matmul(g, &p("ffn_gate_inp.weight"), h, n);
+    let mut out = vec![0f32; n * e];
+    let exps = [
+        p("ffn_gate_exps.weight"),
+        p("ffn_up_exps.weight"),
+        p("ffn_down_exps.weight"),
+    ];
+    for t in 0..n {
+        let (mut ids, mut w) = (vec![0u32; m.n_expert_used], vec![0f32; m.n_expert_used]);
+        let lt = &logits[t * m.n_expert..(t + 1) * m.n_expert];
+        kernels_ref::route_experts(lt, m.norm_weights, &mut ids, &mut w);
+        let x = &h[t * e..(t + 1) * e];
+        for (&id, &wt) in ids.iter().zip(&w) {
+            let names = [&exps[0][..], &exps[1][..], &exps[2][..]];
+            let y = ffn(g, c, names, Some(id as usize), x, 1);
+            out[t * e..(t + 1) * e]
+                .iter_mut()
+                .zip(&y)
+                .for_each(|(o, v)| *o += wt * v);
+        }
+    }
+    if m.n_ff_shared.is_some() {
+        let names = [
+            &p("ffn_gate_shexp.weight")[..],
+            &p("ffn_up_shexp.weight")[..],
+            &p("ffn_down_shexp.weight")[..],
+        ];
+        let y = ffn(g, c, names, None, h, n);
+        let gate = vecf(g, &p("ffn_gate_inp_shexp.weight"));
+        for t in 0..n {
+            let v = kernels_ref::dot_f64(&h[t * e..(t + 1) * e], &gate);
+            let sig = (1.0 / (1.0 + (-v).exp())) as f32;
+            for (o, y) in out[t * e..(t + 1) * e]
+                .iter_mut()
+                .zip(&y[t * e..(t + 1) * e])
+            {
+                *o += sig * y;
+            }
+        }
+    }
+    out
 }
 
 /// Splits y: [n, sum of widths] into its column blocks ([n, width] each).
@@ -99,14 +180,16 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
                 }
             }
         }
-        if c.qk_norm {
-            // Each head's row of head_dim values on its own (llama.cpp's qwen3 graph).
+        if c.qk_norm != QkNorm::None {
+            // Each head's row of head_dim values on its own (llama.cpp's qwen3 graph), or each
+            // token's whole projection (olmoe): the weight's length is the row.
             for (t, name) in [
                 (&mut q, "attn_q_norm.weight"),
                 (&mut k, "attn_k_norm.weight"),
             ] {
                 let w = vecf(g, &p(name));
-                assert_eq!(w.len(), c.head_dim);
+                let per_head = c.qk_norm == QkNorm::PerHead;
+                assert_eq!(w.len() == c.head_dim, per_head);
                 let r = t.clone();
                 kernels_ref::rms_norm(&r, &w, c.rms_eps, t);
             }
@@ -147,6 +230,12 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
         let x2 = x.clone();
         kernels_ref::add(&x2, &o, &mut x);
         kernels_ref::rms_norm(&x, &vecf(g, &p("ffn_norm.weight")), c.rms_eps, &mut h);
+        if c.moe.is_some() {
+            let d = moe(g, c, l, &h, n);
+            let x2 = x.clone();
+            kernels_ref::add(&x2, &d, &mut x);
+            continue;
+        }
         let (gate, up) = if g.tensor(&p("ffn_gate.weight")).is_some() {
             (
                 matmul(g, &p("ffn_gate.weight"), &h, n),

@@ -15,8 +15,8 @@ use memwall::sampler::SamplerParams;
 
 mod tools;
 use tools::{
-    bench, bench_kernels, check, inspect, plan, quantize, selftest, synth, BenchArgs,
-    BenchKernelsArgs, PlanArgs, QuantizeArgs, SynthArgs, SIZE_UNITS,
+    bench, bench_kernels, check, inspect, plan, quantize, selftest, synth, upcycle, BenchArgs,
+    BenchKernelsArgs, PlanArgs, QuantizeArgs, SynthArgs, UpcycleArgs, SIZE_UNITS,
 };
 
 #[derive(Parser)]
@@ -205,6 +205,9 @@ enum Command {
     /// Rewrite a GGUF with every weight matrix requantized (kernels-ref) to one type, to
     /// compare formats on the same model.
     Quantize(QuantizeArgs),
+    /// Turn a dense llama GGUF into a mixture of experts (Mixtral's layout) whose experts are
+    /// its feed-forward, copied or made distinct: a real-text check of the MoE path.
+    Upcycle(UpcycleArgs),
     /// Check the GPU driver: run every kernel variant the adapter supports against the
     /// reference kernels and print a table; exits non-zero on any failure or with no adapter.
     Selftest {
@@ -435,6 +438,7 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         Command::BenchKernels(a) => bench_kernels(a),
         Command::Synth(a) => synth(a),
         Command::Quantize(a) => quantize(a),
+        Command::Upcycle(a) => upcycle(a),
     }
 }
 

@@ -76,6 +76,30 @@ pub(crate) struct SynthArgs {
 }
 
 #[derive(Args)]
+pub(crate) struct UpcycleArgs {
+    /// Dense llama or mistral GGUF.
+    #[arg(short = 'm', long)]
+    model: PathBuf,
+    /// Output GGUF file (Mixtral's layout).
+    #[arg(short = 'o', long)]
+    output: PathBuf,
+    /// Experts per block.
+    #[arg(long, default_value_t = 4)]
+    experts: usize,
+    /// Experts each token uses.
+    #[arg(long, default_value_t = 2)]
+    used: usize,
+    /// Make the experts differ (each round-trips through another format and scales its down
+    /// projection), so routing matters; without it they are copies and the model computes
+    /// what the dense one does.
+    #[arg(long)]
+    distinct: bool,
+    /// Seed of the router's random weights.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+#[derive(Args)]
 pub(crate) struct QuantizeArgs {
     /// Source GGUF.
     #[arg(short = 'm', long)]
@@ -472,6 +496,32 @@ pub(crate) fn quantize(a: QuantizeArgs) -> memwall::Result<ExitCode> {
         a.output.display(),
         r.converted,
         r.copied,
+        r.file_bytes
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn upcycle(a: UpcycleArgs) -> memwall::Result<ExitCode> {
+    use memwall::bench::upcycle::{upcycle, UpcycleOptions};
+    let o = UpcycleOptions {
+        n_expert: a.experts,
+        n_expert_used: a.used,
+        distinct: a.distinct,
+        seed: a.seed,
+    };
+    let r = upcycle(&a.model, &a.output, &o)?;
+    println!(
+        "wrote {}: {} blocks of {} {} experts ({} per token{}), {} bytes",
+        a.output.display(),
+        r.n_layer,
+        r.n_expert,
+        r.expert_type,
+        r.n_expert_used,
+        if a.distinct {
+            ", distinct"
+        } else {
+            ", identical"
+        },
         r.file_bytes
     );
     Ok(ExitCode::SUCCESS)
