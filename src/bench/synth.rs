@@ -1,6 +1,7 @@
-//! Synthetic llama-architecture models: random weights at the layer widths of real 1B, 7B and
-//! 35B-class models (or a tiny one for tests), with fewer layers, so benchmarks and the
-//! layer-streaming path run at real layer sizes without downloading a model.
+//! Synthetic models: random weights at the layer widths of real 1B, 7B and 35B-class llama
+//! models and of Qwen3-30B-A3B's mixture of experts (or tiny ones for tests), with fewer
+//! layers, so benchmarks and the layer-streaming path run at real layer sizes without
+//! downloading a model.
 //!
 //! The file is written tensor by tensor (the header first, then each tensor's data generated,
 //! quantized with kernels-ref and written), so a 35B-class layer (~400 MB at 4 bits) is the
@@ -30,6 +31,37 @@ pub struct SynthShape {
     pub n_ctx: usize,
     /// No `output.weight`: the embedding table doubles as the output head.
     pub tied: bool,
+    /// Per-head size when it is not n_embd / n_head (Qwen3's 128 at width 2048 with 32 heads);
+    /// 0 for n_embd / n_head.
+    pub head_dim: usize,
+    /// A qwen3moe model (per-head Q/K norms, experts in every block) instead of llama.
+    pub moe: Option<SynthMoe>,
+}
+
+/// The experts of a synthetic qwen3moe model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct SynthMoe {
+    pub n_expert: usize,
+    pub n_expert_used: usize,
+    /// One expert's feed-forward width.
+    pub n_ff_exp: usize,
+}
+
+impl SynthShape {
+    /// The per-head size.
+    pub fn head_dim(&self) -> usize {
+        match self.head_dim {
+            0 => self.n_embd / self.n_head.max(1),
+            d => d,
+        }
+    }
+    fn arch(&self) -> &'static str {
+        if self.moe.is_some() {
+            "qwen3moe"
+        } else {
+            "llama"
+        }
+    }
 }
 
 /// The shapes `memwall synth --preset` offers.
@@ -43,6 +75,11 @@ pub enum Preset {
     B7,
     /// CodeLlama-34B's widths (GQA 64/8, feed-forward 22016, vocabulary 32000).
     B35,
+    /// A few-MB qwen3moe model for tests: 8 experts of width 64, 2 per token.
+    TinyMoe,
+    /// Qwen3-30B-A3B's widths (48 blocks in the real model): width 2048, 32/4 heads of 128,
+    /// 128 experts of width 768, 8 per token, vocabulary 151936.
+    Moe30bA3b,
 }
 
 impl Preset {
@@ -53,8 +90,10 @@ impl Preset {
             "1b" => Ok(Preset::B1),
             "7b" => Ok(Preset::B7),
             "35b" | "34b" => Ok(Preset::B35),
+            "tiny-moe" => Ok(Preset::TinyMoe),
+            "30b-a3b" => Ok(Preset::Moe30bA3b),
             other => Err(Error::InvalidArgument(format!(
-                "unknown preset {other:?} (tiny, 1b, 7b, 35b)"
+                "unknown preset {other:?} (tiny, 1b, 7b, 35b, tiny-moe, 30b-a3b)"
             ))),
         }
     }
@@ -70,12 +109,25 @@ impl Preset {
             n_layer: 2,
             n_ctx: 4096,
             tied,
+            head_dim: 0,
+            moe: None,
+        };
+        let moe = |mut shape: SynthShape, head_dim, n_expert, n_expert_used, n_ff_exp| {
+            shape.head_dim = head_dim;
+            shape.moe = Some(SynthMoe {
+                n_expert,
+                n_expert_used,
+                n_ff_exp,
+            });
+            shape
         };
         match self {
             Preset::Tiny => s(128, 384, 4, 2, 512, true),
             Preset::B1 => s(2048, 8192, 32, 8, 128_256, true),
             Preset::B7 => s(4096, 11008, 32, 32, 32_000, false),
             Preset::B35 => s(8192, 22016, 64, 8, 32_000, false),
+            Preset::TinyMoe => moe(s(128, 384, 4, 2, 512, true), 32, 8, 2, 64),
+            Preset::Moe30bA3b => moe(s(2048, 6144, 32, 4, 151_936, false), 128, 128, 8, 768),
         }
     }
 }
@@ -161,8 +213,17 @@ fn check(o: &SynthOptions) -> Result<()> {
         return bad(format!("heads do not divide the widths in {s:?}"));
     }
     let blk = o.ty.block_size();
-    if !s.n_embd.is_multiple_of(blk) || !s.n_ff.is_multiple_of(blk) {
+    let ff = s.moe.map_or(s.n_ff, |m| m.n_ff_exp);
+    if !s.n_embd.is_multiple_of(blk) || !ff.is_multiple_of(blk) {
         return bad(format!("widths of {s:?} are not whole {} blocks", o.ty));
+    }
+    if let Some(m) = s.moe {
+        if m.n_expert_used == 0 || m.n_expert_used > m.n_expert {
+            return bad(format!(
+                "{} of {} experts per token",
+                m.n_expert_used, m.n_expert
+            ));
+        }
     }
     if s.n_vocab > u32::MAX as usize {
         return bad(format!("vocabulary of {}", s.n_vocab));
@@ -172,8 +233,8 @@ fn check(o: &SynthOptions) -> Result<()> {
 
 fn specs(o: &SynthOptions) -> Vec<Spec> {
     let s = &o.shape;
-    let head_dim = s.n_embd / s.n_head;
-    let (q, kv) = (s.n_embd, s.n_head_kv * head_dim);
+    let head_dim = s.head_dim();
+    let (q, kv) = (s.n_head * head_dim, s.n_head_kv * head_dim);
     let mat = |name: String, rows: usize, cols: usize| Spec {
         name,
         ty: o.ty,
@@ -183,12 +244,13 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
             scale: 1.0 / (cols as f32).sqrt(),
         },
     };
-    let norm = |name: String| Spec {
+    let norm_of = |name: String, n: usize| Spec {
         name,
         ty: GgmlType::F32,
-        dims: vec![s.n_embd as u64],
+        dims: vec![n as u64],
         kind: Fill::Norm,
     };
+    let norm = |name: String| norm_of(name, s.n_embd);
     let mut v = vec![
         Spec {
             kind: Fill::Matrix { scale: 1.0 },
@@ -207,9 +269,28 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
         v.push(mat(p("attn_v.weight"), kv, s.n_embd));
         v.push(mat(p("attn_output.weight"), s.n_embd, q));
         v.push(norm(p("ffn_norm.weight")));
-        v.push(mat(p("ffn_gate.weight"), s.n_ff, s.n_embd));
-        v.push(mat(p("ffn_up.weight"), s.n_ff, s.n_embd));
-        v.push(mat(p("ffn_down.weight"), s.n_embd, s.n_ff));
+        let Some(m) = s.moe else {
+            v.push(mat(p("ffn_gate.weight"), s.n_ff, s.n_embd));
+            v.push(mat(p("ffn_up.weight"), s.n_ff, s.n_embd));
+            v.push(mat(p("ffn_down.weight"), s.n_embd, s.n_ff));
+            continue;
+        };
+        v.push(norm_of(p("attn_q_norm.weight"), head_dim));
+        v.push(norm_of(p("attn_k_norm.weight"), head_dim));
+        // The router in f32 (as real MoE files keep it); the expert stacks [cols, rows,
+        // n_expert], an expert's rows after the previous one's.
+        v.push(Spec {
+            ty: GgmlType::F32,
+            ..mat(p("ffn_gate_inp.weight"), m.n_expert, s.n_embd)
+        });
+        let stack = |name: String, rows: usize, cols: usize| {
+            let mut sp = mat(name, rows, cols);
+            sp.dims.push(m.n_expert as u64);
+            sp
+        };
+        v.push(stack(p("ffn_gate_exps.weight"), m.n_ff_exp, s.n_embd));
+        v.push(stack(p("ffn_up_exps.weight"), m.n_ff_exp, s.n_embd));
+        v.push(stack(p("ffn_down_exps.weight"), s.n_embd, m.n_ff_exp));
     }
     v
 }
@@ -254,10 +335,11 @@ fn metadata(o: &SynthOptions) -> Vec<(String, Value)> {
     tokens.push("<|endoftext|>".into());
     let mut types = vec![Value::I32(1); n - 1];
     types.push(Value::I32(3));
-    let a = |k: &str| format!("llama.{k}");
+    let arch = s.arch();
+    let a = |k: &str| format!("{arch}.{k}");
     let u = |v: usize| Value::U32(v as u32);
-    vec![
-        ("general.architecture".into(), Value::String("llama".into())),
+    let mut meta = vec![
+        ("general.architecture".into(), Value::String(arch.into())),
         (
             "general.name".into(),
             Value::String(format!("memwall synthetic {}x{}", s.n_layer, s.n_embd)),
@@ -291,7 +373,17 @@ fn metadata(o: &SynthOptions) -> Vec<(String, Value)> {
         ("tokenizer.ggml.bos_token_id".into(), Value::U32(eos)),
         ("tokenizer.ggml.eos_token_id".into(), Value::U32(eos)),
         ("tokenizer.ggml.add_bos_token".into(), Value::Bool(false)),
-    ]
+    ];
+    if s.head_dim != 0 {
+        meta.push((a("attention.key_length"), u(s.head_dim)));
+        meta.push((a("attention.value_length"), u(s.head_dim)));
+    }
+    if let Some(m) = s.moe {
+        meta.push((a("expert_count"), u(m.n_expert)));
+        meta.push((a("expert_used_count"), u(m.n_expert_used)));
+        meta.push((a("expert_feed_forward_length"), u(m.n_ff_exp)));
+    }
+    meta
 }
 
 /// splitmix64: a seeded stream per chunk, so the data does not depend on the thread count.
@@ -444,7 +536,15 @@ mod tests {
 
     #[test]
     fn presets_are_valid_for_every_type() {
-        for p in [Preset::Tiny, Preset::B1, Preset::B7, Preset::B35] {
+        let all = [
+            Preset::Tiny,
+            Preset::B1,
+            Preset::B7,
+            Preset::B35,
+            Preset::TinyMoe,
+            Preset::Moe30bA3b,
+        ];
+        for p in all {
             for ty in ["q4_0", "q4_1", "q8_0", "f16"] {
                 let o = SynthOptions::new(p, Some(1), parse_type(ty).unwrap(), 1);
                 check(&o).unwrap();

@@ -387,14 +387,19 @@ impl Model {
     }
 
     /// Bytes of weights one decoded token must read: every matrix once (the embedding table
-    /// only when it doubles as the output head; otherwise a token reads one row of it).
+    /// only when it doubles as the output head; otherwise a token reads one row of it), and of
+    /// an expert stack only the `n_expert_used` experts the token is routed to.
     pub fn weight_bytes_per_token(&self) -> u64 {
+        let used = |t: &crate::gguf::TensorInfo| match (&self.config.moe, t.dims.len()) {
+            (Some(m), 3) => t.n_bytes / m.n_expert as u64 * m.n_expert_used as u64,
+            _ => t.n_bytes,
+        };
         self.gguf
             .tensors()
             .iter()
             .filter(|t| t.dims.len() >= 2)
             .filter(|t| t.name != "token_embd.weight" || self.config.tied_embeddings)
-            .map(|t| t.n_bytes)
+            .map(used)
             .sum()
     }
 

@@ -61,7 +61,9 @@ pub(crate) struct SynthArgs {
     /// Output GGUF file.
     #[arg(short = 'o', long)]
     output: PathBuf,
-    /// Layer widths: tiny, 1b (Llama-3.2-1B), 7b (Llama-2-7B), 35b (CodeLlama-34B).
+    /// Layer widths: tiny, 1b (Llama-3.2-1B), 7b (Llama-2-7B), 35b (CodeLlama-34B), and the
+    /// qwen3moe mixtures of experts tiny-moe and 30b-a3b (Qwen3-30B-A3B: 128 experts, 8 per
+    /// token).
     #[arg(long, default_value = "tiny")]
     preset: String,
     /// Layers [default: 2].
@@ -397,14 +399,21 @@ pub(crate) fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {
     if tty {
         eprintln!();
     }
+    let ffn = match r.shape.moe {
+        Some(m) => format!(
+            "{} experts of width {} ({} per token)",
+            m.n_expert, m.n_ff_exp, m.n_expert_used
+        ),
+        None => format!("n_ff {}", r.shape.n_ff),
+    };
     println!(
-        "wrote {}: {} layers, n_embd {}, n_ff {}, heads {}/{}, vocab {}, {} ({} parameters, {} bytes)",
+        "wrote {}: {} layers, n_embd {}, {ffn}, heads {}/{} of {}, vocab {}, {} ({} parameters, {} bytes)",
         a.output.display(),
         r.shape.n_layer,
         r.shape.n_embd,
-        r.shape.n_ff,
         r.shape.n_head,
         r.shape.n_head_kv,
+        r.shape.head_dim(),
         r.shape.n_vocab,
         r.ty,
         r.n_params,
