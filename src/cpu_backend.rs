@@ -68,6 +68,9 @@ pub struct CpuBackend {
     slot: Option<Slot>,
     /// Buffers of the mixture-of-experts step.
     moe: moe::MoeScratch,
+    /// The experts held under a memory budget and read on a miss (the model's, shared by its
+    /// sessions); `None`: experts are read from the map.
+    experts: Option<crate::memory::experts::SharedExpertCache>,
 }
 
 fn expect_shape(t: &TensorInfo, dims: &[usize]) -> Result<()> {
@@ -195,6 +198,7 @@ impl CpuBackend {
             streamed: Vec::new(),
             slot: None,
             moe: Default::default(),
+            experts: None,
         };
         b.kv = (0..b.cfg.n_layer).map(|_| None).collect();
         for (l, &on) in kv_layers.iter().enumerate().take(b.cfg.n_layer) {
@@ -226,6 +230,11 @@ impl CpuBackend {
     /// slot [`CpuBackend::set_slot`] hands in, never from the mmap.
     pub fn set_streamed(&mut self, streamed: Vec<bool>) {
         self.streamed = streamed;
+    }
+
+    /// Reads the experts through `cache` instead of the map.
+    pub fn set_expert_cache(&mut self, cache: crate::memory::experts::SharedExpertCache) {
+        self.experts = Some(cache);
     }
 
     /// Hands in the slot holding a streamed block's bytes before the block runs.

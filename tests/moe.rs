@@ -2,7 +2,8 @@
 //! (2 used per token, `memwall upcycle`, tests/data/reference/smollm2-upcycled-moe). With
 //! identical experts it gives the dense model's logits; with distinct experts its perplexity
 //! agrees with llama.cpp's on the same file, on the CPU and with a GPU device (lavapipe in CI);
-//! and blocks streamed from storage under a memory budget give the all-resident logits.
+//! and under a memory budget too small for it, an expert cache that holds some experts and
+//! reads the others from storage gives the all-resident logits bit for bit.
 
 mod common;
 
@@ -134,26 +135,48 @@ fn distinct_experts_perplexity_agrees_with_llama_cpp_on_the_cpu_and_the_gpu() {
     common::agreement::check_perplexity_at(&on_gpu, 256, 15, LLAMA_CPP_PPL_DISTINCT);
 }
 
+/// The smallest budget a load of `path` would take now (the plan counts what the process
+/// holds), from the refusal of a budget of one byte.
+fn minimum_now(path: &std::path::Path) -> u64 {
+    let o = LoadOptions {
+        mem_budget: Some(1),
+        ..cpu()
+    };
+    match Model::load(path, &o) {
+        Err(memwall::Error::MemoryBudget { minimum, .. }) => minimum,
+        other => panic!("a one-byte budget was not refused: {other:?}"),
+    }
+}
+
 #[test]
-fn streamed_expert_blocks_give_the_resident_logits_bit_for_bit() {
+fn an_expert_cache_holding_some_experts_gives_the_resident_logits_bit_for_bit() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let path = upcycled(true);
     let with_budget = |budget| LoadOptions {
         mem_budget: Some(budget),
         ..cpu()
     };
-    let minimum = match Model::load(&path, &with_budget(1)) {
-        Err(memwall::Error::MemoryBudget { minimum, .. }) => minimum,
-        other => panic!("a one-byte budget was not refused: {other:?}"),
-    };
-    // The minimum and about a quarter of the 240 MB of blocks: the rest stream.
-    let streamed = load(&path, with_budget(minimum + (60 << 20)));
-    let r = streamed.memory().expect("a memory plan").residency.clone();
-    let n_streamed = r.resident.iter().filter(|&&x| !x).count();
-    assert!(n_streamed > 10, "{n_streamed} of 30 blocks stream: {r:?}");
-    let got = logits(&streamed);
+    // Room for about a third of the 120 experts (1.66 MB each) beside the dense parts.
+    let minimum = minimum_now(&path);
+    let cached = load(&path, with_budget(minimum + (70 << 20)));
+    let plan = cached.memory().expect("a memory plan").clone();
+    let x = plan.experts.clone().expect("an expert cache");
+    assert!(!plan.residency.streams(), "no block streams: {plan:?}");
+    assert!(plan.residency.planned_bytes <= plan.budget_bytes);
+    assert_eq!(x.n_experts, 120);
+    assert!(
+        x.capacity_bytes > 0 && x.capacity_bytes < x.expert_bytes / 2,
+        "{x:?}"
+    );
+    let got = logits(&cached);
+    let st = cached.expert_stats().expect("cache statistics");
+    assert!(st.misses > 0 && st.hits > 0, "{st:?}");
+    assert!(st.held > 0 && st.held_bytes <= st.capacity_bytes, "{st:?}");
+    // Each miss read its expert's three slices: 1.66 MB of Q4_1.
+    assert!(st.bytes_read >= st.misses * 1_600_000, "{st:?}");
     let resident = load(&path, with_budget(64 << 30));
-    assert!(!resident.memory().unwrap().residency.streams());
+    assert!(resident.expert_stats().is_none());
+    assert!(resident.memory().unwrap().experts.is_none());
     let want = logits(&resident);
     for (step, (g, w)) in got.iter().zip(&want).enumerate() {
         let diff = g
@@ -162,4 +185,67 @@ fn streamed_expert_blocks_give_the_resident_logits_bit_for_bit() {
             .position(|(a, b)| a.to_bits() != b.to_bits());
         assert!(diff.is_none(), "step {step} differs at {diff:?}");
     }
+    // Less room than one expert beside the working set (the minimum moves by a few KB between
+    // measurements): every expert is read when needed, the same logits.
+    let bare = load(&path, with_budget(minimum_now(&path) + (1 << 20)));
+    let room = bare
+        .memory()
+        .unwrap()
+        .experts
+        .as_ref()
+        .unwrap()
+        .capacity_bytes;
+    assert!(room < 1_600_000, "{room}");
+    let got = logits(&bare);
+    assert_eq!(bare.expert_stats().unwrap().hits, 0);
+    assert!(got.iter().zip(&want).all(|(g, w)| g == w));
+}
+
+#[test]
+fn run_reports_the_expert_cache() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let path = upcycled(true);
+    // The CLI process holds far less than this test's: 160 MB leaves its expert cache about a
+    // third of the 199 MB of experts beside the ~90 MB the rest needs.
+    let budget = "160M";
+    let args = [
+        "run",
+        "-d",
+        "cpu",
+        "-c",
+        "256",
+        "--temp",
+        "0",
+        "-n",
+        "8",
+        "--json",
+        "-p",
+        "The capital of France is",
+        "--mem-budget",
+        budget,
+        "-m",
+    ];
+    let mut a: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    a.push(path.as_os_str());
+    let (code, out) = common::run_memwall(&a);
+    assert_eq!(code, Some(0), "{out}");
+    let line = out
+        .lines()
+        .find(|l| l.starts_with('{'))
+        .expect("a JSON line");
+    let v: serde_json::Value = serde_json::from_str(line).unwrap();
+    let x = &v["experts"];
+    let (hits, misses) = (x["hits"].as_u64().unwrap(), x["misses"].as_u64().unwrap());
+    // 13 tokens through 30 blocks of 2 experts each, the prompt's grouped.
+    assert!(hits + misses >= 30 * 2 * 8, "{x}");
+    assert!(misses > 0 && x["bytes_read"].as_u64().unwrap() > 0, "{x}");
+    let rate = x["hit_rate"].as_f64().unwrap();
+    assert!(
+        (rate - hits as f64 / (hits + misses) as f64).abs() < 1e-9,
+        "{x}"
+    );
+    assert!(
+        v["memory"]["experts"]["capacity_bytes"].as_u64().unwrap() > 0,
+        "{v}"
+    );
 }

@@ -3,10 +3,13 @@
 //! run over its own tokens only, read as that expert's rows of the stacked tensors (the other
 //! experts' bytes are never touched).
 
+use std::sync::Arc;
+
 use super::{matmul_f32_act, CpuBackend, MatRef};
 use crate::backend::{Backend, WeightId};
 use crate::cpu::WeightView;
 use crate::error::{Error, Result};
+use crate::memory::experts::Expert;
 
 /// Buffers of the expert step, grown to the largest batch seen and then reused.
 #[derive(Default)]
@@ -28,6 +31,13 @@ pub(super) struct MoeScratch {
     mm: crate::cpu::MatmulScratch,
 }
 
+fn lock(
+    c: &crate::memory::experts::SharedExpertCache,
+) -> Result<std::sync::MutexGuard<'_, crate::memory::experts::ExpertCache>> {
+    c.lock()
+        .map_err(|_| Error::InvalidArgument("the expert cache was poisoned".into()))
+}
+
 fn grow(v: &mut Vec<f32>, len: usize) {
     if v.len() < len {
         v.resize(len, 0.0);
@@ -42,20 +52,53 @@ fn expert_rows(m: &MatRef, n_expert: usize, e: usize) -> (usize, usize) {
 }
 
 impl CpuBackend {
-    /// Expert `e`'s view of the stacked matrix `w`: its rows of the file (or stream slot).
-    fn expert_view(&self, w: WeightId, e: usize) -> Result<WeightView<'_>> {
+    /// Expert `e`'s view of the stacked matrix `w`: its rows as the expert cache read them
+    /// (`held`), else of the file (or stream slot).
+    fn expert_view<'a>(
+        &'a self,
+        w: WeightId,
+        e: usize,
+        held: Option<&'a Expert>,
+    ) -> Result<WeightView<'a>> {
         let m = self.mat(w)?;
         let n_expert = self.cfg.moe.as_ref().map_or(1, |c| c.n_expert);
-        let data = Self::bytes_of(&self.gguf, self.slot.as_ref(), &self.streamed, w, m)?;
         let (r0, rows) = expert_rows(&m, n_expert, e);
         let rb = m.n_bytes / m.rows;
-        let bytes = data
-            .get(r0 * rb..(r0 + rows) * rb)
-            .ok_or_else(|| Error::Tensor {
-                name: w.tensor_name(),
-                msg: format!("expert {e} lies outside the tensor"),
-            })?;
+        let outside = || Error::Tensor {
+            name: w.tensor_name(),
+            msg: format!("expert {e} lies outside the tensor"),
+        };
+        let bytes = match held {
+            Some(x) => x
+                .bytes((m.offset + r0 * rb) as u64, rows * rb)
+                .ok_or_else(outside)?,
+            None => {
+                let data = Self::bytes_of(&self.gguf, self.slot.as_ref(), &self.streamed, w, m)?;
+                data.get(r0 * rb..(r0 + rows) * rb).ok_or_else(outside)?
+            }
+        };
         WeightView::new(m.ty, bytes, rows, m.cols)
+    }
+
+    /// Counts this pass's routing (`ids`: [n, k]) in the expert cache, if there is one.
+    fn count_routing(&self, l: usize, n_expert: usize, ids: &[u32]) -> Result<()> {
+        let Some(cache) = &self.experts else {
+            return Ok(());
+        };
+        let mut uses = vec![0u32; n_expert];
+        for &e in ids {
+            uses[e as usize] += 1;
+        }
+        lock(cache)?.count(l, &uses)
+    }
+
+    /// Experts `ids` of block `l` as the expert cache holds or reads them (all needed at once);
+    /// `None` each without a cache (the experts are read from the map).
+    fn held_experts(&self, l: usize, ids: &[usize]) -> Result<Vec<Option<Arc<Expert>>>> {
+        match &self.experts {
+            None => Ok(vec![None; ids.len()]),
+            Some(cache) => Ok(lock(cache)?.fetch(l, ids)?.into_iter().map(Some).collect()),
+        }
     }
 
     /// ys[i]: [n, views[i].rows] = x: [n, cols] · views[i]ᵀ, the fast kernels or (with
@@ -126,6 +169,7 @@ impl CpuBackend {
             );
         }
         out.fill(0.0);
+        self.count_routing(l, n_expert, &s.ids[..n * k])?;
         if n == 1 {
             self.experts_of_one_token(l, moe, x, out, s)?;
         } else {
@@ -146,9 +190,12 @@ impl CpuBackend {
                 grow(&mut s.g, m * ff);
                 grow(&mut s.u, m * ff);
                 grow(&mut s.y, m * d);
-                let gate = self.expert_view(GateExps(l), e)?;
-                let up = self.expert_view(UpExps(l), e)?;
-                let down = self.expert_view(DownExps(l), e)?;
+                // One expert at a time: a prefill's working set is one expert, not all.
+                let held = self.held_experts(l, &[e])?;
+                let h = held[0].as_deref();
+                let gate = self.expert_view(GateExps(l), e, h)?;
+                let up = self.expert_view(UpExps(l), e, h)?;
+                let down = self.expert_view(DownExps(l), e, h)?;
                 let f32_act = self.f32_activations;
                 Self::matmul_views(
                     f32_act,
@@ -198,10 +245,11 @@ impl CpuBackend {
         grow(&mut s.u, k * ff);
         grow(&mut s.y, d);
         let ids: Vec<usize> = s.ids[..k].iter().map(|&e| e as usize).collect();
+        let held = self.held_experts(l, &ids)?;
         let mut views = Vec::with_capacity(2 * k);
-        for &e in &ids {
-            views.push(self.expert_view(GateExps(l), e)?);
-            views.push(self.expert_view(UpExps(l), e)?);
+        for (&e, h) in ids.iter().zip(&held) {
+            views.push(self.expert_view(GateExps(l), e, h.as_deref())?);
+            views.push(self.expert_view(UpExps(l), e, h.as_deref())?);
         }
         {
             let mut ys: Vec<&mut [f32]> = Vec::with_capacity(2 * k);
@@ -217,7 +265,7 @@ impl CpuBackend {
         }
         crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..k * ff], &s.u[..k * ff])?;
         for (j, &e) in ids.iter().enumerate() {
-            let down = self.expert_view(DownExps(l), e)?;
+            let down = self.expert_view(DownExps(l), e, held[j].as_deref())?;
             let f32_act = self.f32_activations;
             Self::matmul_views(
                 f32_act,

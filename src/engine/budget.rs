@@ -10,6 +10,7 @@ use crate::cpu::{Isa, PackedWeight};
 use crate::error::{Error, Result};
 use crate::gguf::{Gguf, TensorInfo};
 use crate::kv_type::KvTypes;
+use crate::memory::experts::ExpertLayout;
 use crate::memory::{BlockSpan, Costs, IoMode, LayerReader, LimitSource, Residency};
 use crate::scheduler::exec::BlockStream;
 
@@ -35,6 +36,118 @@ pub struct MemoryReport {
     pub prefill_batch: usize,
     /// How streamed reads bypass the page cache (`None`: nothing streams).
     pub io_mode: Option<IoMode>,
+    /// The expert cache, when a mixture of experts does not fit: its experts are then the
+    /// unit of residency (every block's dense part stays resident, no block streams).
+    pub experts: Option<ExpertPlan>,
+    /// Where the experts lie in the file, with `experts`.
+    #[serde(skip)]
+    pub(crate) expert_layout: Option<ExpertLayout>,
+}
+
+/// How a mixture of experts that does not fit is held (`MemoryReport::experts`).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExpertPlan {
+    /// Bytes the cache may hold.
+    pub capacity_bytes: u64,
+    /// Bytes of all the experts in the file, and how many there are.
+    pub expert_bytes: u64,
+    pub n_experts: usize,
+    /// The dense part of every block held resident (attention, norms, router).
+    pub dense_bytes: u64,
+    /// The experts one decoded token of a block needs at once, held beside the cache while
+    /// they run.
+    pub working_bytes: u64,
+}
+
+/// Where each block's expert stacks lie in the file.
+fn expert_layout(g: &Gguf, cfg: &Config, n_expert: usize) -> Result<ExpertLayout> {
+    use WeightId::*;
+    let mut stacks = Vec::with_capacity(cfg.n_layer);
+    for l in 0..cfg.n_layer {
+        let mut s = [(0u64, 0u64); 3];
+        for (slot, id) in s.iter_mut().zip([GateExps(l), UpExps(l), DownExps(l)]) {
+            let t = g.require_tensor(&id.tensor_name())?;
+            if !t.n_bytes.is_multiple_of(n_expert as u64) {
+                return Err(Error::Tensor {
+                    name: t.name.clone(),
+                    msg: format!("{} bytes do not split into {n_expert} experts", t.n_bytes),
+                });
+            }
+            *slot = (t.file_offset, t.n_bytes / n_expert as u64);
+        }
+        stacks.push(s);
+    }
+    Ok(ExpertLayout { n_expert, stacks })
+}
+
+/// The plan of a mixture of experts that does not fit (`c`: its costs with whole blocks): every
+/// block's dense part resident, the KV cache, scratch and head as before, the experts one
+/// token of a block needs at once, and the rest of the budget for the expert cache; no block
+/// streams. A budget below that working minimum is refused naming it.
+fn plan_experts(
+    g: &Gguf,
+    cfg: &Config,
+    c: &Costs,
+    budget: u64,
+    pack: bool,
+) -> Result<(Residency, ExpertPlan, ExpertLayout)> {
+    let m = cfg.moe.as_ref().ok_or_else(|| {
+        Error::InvalidArgument("an expert cache needs a mixture-of-experts model".into())
+    })?;
+    let layout = expert_layout(g, cfg, m.n_expert)?;
+    let mut dense = 0;
+    for l in 0..cfg.n_layer {
+        for id in crate::backend::block_matrices(cfg, l) {
+            if !id.is_expert_stack() {
+                dense += held_bytes(g, id, pack)?;
+            }
+        }
+    }
+    let per_expert = (0..cfg.n_layer)
+        .map(|l| layout.held_bytes(l))
+        .max()
+        .unwrap_or(0);
+    let working = per_expert * m.n_expert_used as u64;
+    let need = c.fixed + c.head + dense + working;
+    if budget < need {
+        use crate::ground::format_size as f;
+        return Err(Error::MemoryBudget {
+            budget,
+            minimum: need,
+            detail: format!(
+                "{} of KV cache, {} of runtime and scratch, {} of output head, {} of the blocks' \
+                 dense parts (attention, router), {} for the {} experts a token uses in a block",
+                f(c.kv),
+                f(c.fixed.saturating_sub(c.kv)),
+                f(c.head),
+                f(dense),
+                f(working),
+                m.n_expert_used
+            ),
+        });
+    }
+    let n = cfg.n_layer;
+    let residency = Residency {
+        budget,
+        minimum: need,
+        fixed_bytes: c.fixed,
+        resident: vec![true; n],
+        resident_bytes: c.head + dense,
+        streamed_bytes: 0,
+        slots: 0,
+        slot_bytes: 0,
+        planned_bytes: budget,
+    };
+    let plan = ExpertPlan {
+        capacity_bytes: budget - need,
+        expert_bytes: (0..n)
+            .map(|l| layout.expert_bytes(l) * m.n_expert as u64)
+            .sum(),
+        n_experts: n * m.n_expert,
+        dense_bytes: dense,
+        working_bytes: working,
+    };
+    Ok((residency, plan, layout))
 }
 
 /// The tensors of block `l` (`blk.l.*`).
@@ -165,6 +278,25 @@ pub(super) fn decide(
         let (c, spans) = costs(g, cfg, n_ctx, kv, batch, pack)?;
         Ok((crate::memory::plan(&c, budget, COMPUTE_PER_READ)?, spans))
     };
+    if cfg.moe.is_some() {
+        // A mixture of experts that does not fit holds experts, not blocks.
+        let (c, spans) = costs(g, cfg, n_ctx, kv, super::PREFILL_BATCH, pack)?;
+        let all = c.fixed + c.head + c.resident.iter().sum::<u64>();
+        if all > budget {
+            let (residency, experts, layout) = plan_experts(g, cfg, &c, budget, pack)?;
+            let report = MemoryReport {
+                limit_bytes,
+                limit_source,
+                budget_bytes: budget,
+                residency,
+                prefill_batch: super::PREFILL_BATCH,
+                io_mode: None,
+                experts: Some(experts),
+                expert_layout: Some(layout),
+            };
+            return Ok(Some((report, spans)));
+        }
+    }
     let (mut residency, mut spans) = plan_for(super::PREFILL_BATCH)?;
     let mut batch = super::PREFILL_BATCH;
     if residency.streams() {
@@ -193,6 +325,8 @@ pub(super) fn decide(
             residency,
             prefill_batch: batch,
             io_mode: None,
+            experts: None,
+            expert_layout: None,
         },
         spans,
     )))

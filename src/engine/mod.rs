@@ -13,6 +13,7 @@ use crate::gguf::Gguf;
 use crate::gpu::{DeviceSelector, GpuBackend, GpuLoadOptions, GpuModel};
 use crate::ground::{Device, PhasePlacement, Placement};
 use crate::kv_type::{KvType, KvTypes};
+use crate::memory::experts::{ExpertCache, ExpertStats, SharedExpertCache};
 use crate::model::Logits;
 use crate::sampler::Sampler;
 use crate::scheduler::exec::gpu_stages;
@@ -156,6 +157,8 @@ pub struct Model {
     memory: Option<MemoryReport>,
     /// The CPU blocks that stream and the reader bringing them (shared by the sessions).
     stream: Option<crate::scheduler::exec::BlockStream>,
+    /// The expert cache of a mixture of experts that does not fit (shared by the sessions).
+    experts: Option<SharedExpertCache>,
     /// Tokens per prefill batch.
     prefill_batch: usize,
     /// `--mem-budget`, as given.
@@ -219,6 +222,7 @@ impl Model {
             None => budget::decide(&gguf, &config, opts, kv_types, pack)?,
             Some(_) => None,
         };
+
         let streams = memory.as_ref().is_some_and(|(m, _)| m.residency.streams());
         let (layers, head) = if streams {
             let r = memory.as_ref().map(|(m, _)| m.residency.resident.clone());
@@ -288,6 +292,27 @@ impl Model {
             }
             stream = Some(st);
         }
+        let mut experts = None;
+        // A mixture of experts that does not fit keeps its experts in a cache instead of
+        // streaming whole blocks.
+        let planned = memory
+            .as_mut()
+            .and_then(|(r, _)| Some((r.expert_layout.take()?, r)));
+        if let Some((layout, report)) = planned {
+            // The expert stacks are read by the cache only, never paged in through the map.
+            for l in 0..config.n_layer {
+                let stacks = crate::backend::block_matrices(&config, l);
+                let stacks = stacks.into_iter().filter(|id| id.is_expert_stack());
+                held.extend(stacks.map(|id| id.tensor_name()));
+            }
+            let path = gguf.path().ok_or_else(|| {
+                Error::InvalidArgument("an expert cache needs a model opened from a file".into())
+            })?;
+            let capacity = report.experts.as_ref().map_or(0, |e| e.capacity_bytes);
+            let cache = ExpertCache::open(path, opts.stream_io, layout, capacity)?;
+            report.io_mode = Some(cache.mode());
+            experts = Some(Arc::new(std::sync::Mutex::new(cache)));
+        }
         prefault(&gguf, &prefault_plan(&gguf, &held), progress);
         let prefill_batch = memory
             .as_ref()
@@ -297,6 +322,7 @@ impl Model {
             mem_budget: opts.mem_budget,
             memory,
             stream,
+            experts,
             prefill_batch,
             cpu_weights: Arc::new(cpu_weights),
             load_fallback,
@@ -384,6 +410,14 @@ impl Model {
 
     pub fn load_time(&self) -> Duration {
         self.load_time
+    }
+
+    /// What the expert cache has done so far (`None`: the model has none, its experts all
+    /// fit or it has no experts).
+    pub fn expert_stats(&self) -> Option<ExpertStats> {
+        let c = self.experts.as_ref()?;
+        let c = c.lock().unwrap_or_else(|e| e.into_inner());
+        Some(c.stats())
     }
 
     /// Bytes of weights one decoded token must read: every matrix once (the embedding table
@@ -538,6 +572,9 @@ impl Session {
         };
         if let Some(st) = &model.stream {
             exec.set_cpu_stream(st.clone())?;
+        }
+        if let Some(c) = &model.experts {
+            exec.set_expert_cache(c.clone());
         }
         if let Some(f) = &model.load_fallback {
             // Reported by the session's first events too, not only by the model.

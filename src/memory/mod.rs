@@ -5,6 +5,7 @@
 //! This module is ground floor: it imports nothing of the engine but the error type, so every
 //! layer above (the plan, the backends, the executor) can use it.
 
+pub mod experts;
 pub mod limit;
 pub mod reader;
 pub mod residency;

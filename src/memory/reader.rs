@@ -284,6 +284,42 @@ fn direct_works(f: &File) -> bool {
     read_at(f, &mut buf[start..start + DIRECT_ALIGN], 0).is_ok()
 }
 
+/// Opens `path` for reads that keep out of the page cache: `O_DIRECT` where the file system
+/// takes it (`mode` `None`), else drop-behind; an explicit `Direct` the file system refuses
+/// is an error.
+pub(crate) fn open_for(path: &Path, mode: Option<IoMode>) -> Result<(File, IoMode)> {
+    let io = |source| Error::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let direct = match mode {
+        Some(IoMode::DropBehind) => None,
+        _ => open_direct(path).ok().filter(direct_works),
+    };
+    match (direct, mode) {
+        (Some(f), _) => Ok((f, IoMode::Direct)),
+        (None, Some(IoMode::Direct)) => Err(io(std::io::Error::other(
+            "the file system refuses direct I/O (O_DIRECT)",
+        ))),
+        (None, _) => Ok((File::open(path).map_err(io)?, IoMode::DropBehind)),
+    }
+}
+
+impl Slot {
+    /// A slot holding `span` of `f`, read now (`mode` as `f` was opened).
+    pub(crate) fn read(f: &File, mode: IoMode, span: &BlockSpan) -> std::io::Result<Slot> {
+        let (_, len) = aligned(span.offset, span.len);
+        let mut slot = Slot::new(len).map_err(std::io::Error::other)?;
+        read_block(f, mode, span, &mut slot)?;
+        Ok(slot)
+    }
+
+    /// Bytes of memory the slot holds.
+    pub(crate) fn footprint(&self) -> usize {
+        self.buf.len()
+    }
+}
+
 impl LayerReader {
     /// Starts the reader of the file at `path`, which knows every block's span (`spans`) and
     /// cycles through the blocks of `order` (pass order; it may be empty until
@@ -319,19 +355,7 @@ impl LayerReader {
         for _ in 0..depth {
             slots.push(Slot::new(slot_bytes)?);
         }
-        let direct = match mode {
-            Some(IoMode::DropBehind) => None,
-            _ => open_direct(path).ok().filter(direct_works),
-        };
-        let (file, mode) = match (direct, mode) {
-            (Some(f), _) => (f, IoMode::Direct),
-            (None, Some(IoMode::Direct)) => {
-                return Err(io(std::io::Error::other(
-                    "the file system refuses direct I/O (O_DIRECT)",
-                )))
-            }
-            (None, _) => (File::open(path).map_err(io)?, IoMode::DropBehind),
-        };
+        let (file, mode) = open_for(path, mode)?;
         let counters = Arc::new(Counters::default());
         let (ready_tx, ready) = channel();
         let (free, free_rx) = channel::<Slot>();

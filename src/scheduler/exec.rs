@@ -117,6 +117,8 @@ pub struct Exec {
     fallbacks: Vec<Fallback>,
     /// CPU blocks whose weights stream from storage, and the reader bringing them.
     cpu_stream: Option<BlockStream>,
+    /// The model's expert cache, when its experts are held under a budget.
+    expert_cache: Option<crate::memory::experts::SharedExpertCache>,
     pub stats: ExecStats,
 }
 
@@ -212,6 +214,7 @@ impl Exec {
             upload_seen: (0, 0.0),
             fallbacks: Vec::new(),
             cpu_stream: None,
+            expert_cache: None,
             stats: ExecStats::default(),
         };
         for phase in [Phase::Prefill, Phase::Decode] {
@@ -273,6 +276,9 @@ impl Exec {
             if let Some(st) = &self.cpu_stream {
                 b.set_streamed(st.streamed.clone());
             }
+            if let Some(c) = &self.expert_cache {
+                b.set_expert_cache(c.clone());
+            }
             let s = Scratch::new(&mut b, &self.cfg, self.batch)?;
             self.cpu = Some((b, s));
         }
@@ -324,6 +330,14 @@ impl Exec {
         self.cpu_stream = Some(stream);
         // A GPU ring made already reads through the reader from now on.
         self.enable_streaming_if_needed()
+    }
+
+    /// Reads the CPU's experts through the model's expert cache.
+    pub fn set_expert_cache(&mut self, cache: crate::memory::experts::SharedExpertCache) {
+        if let Some((b, _)) = self.cpu.as_mut() {
+            b.set_expert_cache(cache.clone());
+        }
+        self.expert_cache = Some(cache);
     }
 
     /// Whether block `l` streams when it runs on the CPU.

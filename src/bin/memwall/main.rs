@@ -520,6 +520,9 @@ fn memory_json(
         "peak_bytes": peak.map(|p| p.bytes),
         "peak_source": peak.map(|p| p.source),
     });
+    if let Some(x) = &m.experts {
+        v["experts"] = serde_json::to_value(x).unwrap_or_default();
+    }
     if let Some(s) = reads {
         v["storage"] = serde_json::to_value(s).unwrap_or_default();
         // The floor: a token can go no faster than its streamed bytes arrive.
@@ -658,6 +661,19 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "tokens_per_pass": sp.tokens_per_pass(),
             });
         }
+        if let Some(x) = model.expert_stats() {
+            // Since the load: the prompt's passes and the decoded tokens'.
+            obj["experts"] = serde_json::json!({
+                "hits": x.hits,
+                "misses": x.misses,
+                "hit_rate": x.hit_rate(),
+                "bytes_read": x.bytes_read,
+                "read_s": x.read_s,
+                "held": x.held,
+                "held_bytes": x.held_bytes,
+                "capacity_bytes": x.capacity_bytes,
+            });
+        }
         if let Some(c) = &cache {
             obj["prompt_cache"] = serde_json::json!({
                 "restored_tokens": c.restored,
@@ -713,6 +729,18 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             t.n_decoded,
             t.decode_tps
         );
+        if let Some(x) = model.expert_stats() {
+            eprintln!(
+                "experts: {:.1}% of {} needed were held ({} of {} cached), {:.1} MB read from \
+                 storage in {:.2} s",
+                100.0 * x.hit_rate(),
+                x.hits + x.misses,
+                x.held,
+                memwall::ground::format_size(x.capacity_bytes),
+                x.bytes_read as f64 / 1e6,
+                x.read_s
+            );
+        }
         if let Some(sp) = &gen.speculative {
             eprintln!(
                 "drafts: {} of {} accepted ({:.0}%), {:.2} tokens per pass of the model",
