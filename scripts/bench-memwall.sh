@@ -3,7 +3,8 @@
 # may use, each run capped as a phone caps an app (../shared/tools/memcap.sh: anonymous memory
 # and page cache together) with the model file dropped from the page cache first, so every
 # byte a run reads comes from storage. Prints prefill and decode tokens/s per cap, memwall's
-# bytes read per token and the fraction of the storage floor it reached.
+# bytes read per token and the fraction of the storage floor it reached (for a mixture of
+# experts: the expert cache's hit rate and the expert bytes read per token).
 #
 #   scripts/bench-memwall.sh [MODEL] [CAPS]
 #
@@ -46,8 +47,16 @@ except Exception:
     print("%-6s %-34s %10s %10s %12s %9s %s rc %s" % (cap, "memwall", "-", "-", "-", "-", peak, rc)); sys.exit()
 s = c.get("storage") or {}
 frac = s.get("floor_fraction")
-print("%-6s %-34s %10.2f %10.3f %12.2f %9s %s rc %s" % (cap, "memwall (%d/%d blocks resident)" % (s.get("resident_blocks", 0), s.get("resident_blocks", 0) + s.get("streamed_blocks", 0)),
-    c["prefill_tps"]["median"], c["decode_tps"]["median"], s.get("read_bytes_per_token", 0) / 1e9,
+x = c.get("experts")
+if x:
+    # A mixture of experts holding its experts in a cache: hit rate, expert bytes read.
+    name = "memwall (experts: %.0f%% hits)" % (100 * x["hit_rate"])
+    read = x["read_bytes_per_token"]
+else:
+    name = "memwall (%d/%d blocks resident)" % (s.get("resident_blocks", 0), s.get("resident_blocks", 0) + s.get("streamed_blocks", 0))
+    read = s.get("read_bytes_per_token", 0)
+print("%-6s %-34s %10.2f %10.3f %12.2f %9s %s rc %s" % (cap, name,
+    c["prefill_tps"]["median"], c["decode_tps"]["median"], read / 1e9,
     "-" if frac is None else "%.0f%%" % (100 * frac), peak, rc))
 ' "$cap" "$rc" "$peak"
     if [ -n "${LLAMA_BENCH:-}" ]; then

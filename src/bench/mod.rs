@@ -74,7 +74,8 @@ use crate::engine::{DeviceChoice, LoadOptions, Model, Session};
 use crate::error::{Error, Result};
 use bandwidth::ProbeResult;
 pub use results::{
-    BenchReport, BytesPerToken, ConfigResult, Memory, ModelSummary, SpeedRatio, Stat, StorageResult,
+    BenchReport, BytesPerToken, ConfigResult, ExpertResult, Memory, ModelSummary, SpeedRatio, Stat,
+    StorageResult,
 };
 
 /// The `schema` field of the JSON output.
@@ -324,15 +325,34 @@ fn run_config(
     let (mut pp, mut tg) = (Vec::with_capacity(o.reps), Vec::with_capacity(o.reps));
     // Reader counters over the timed decode runs only.
     let (mut read_bytes, mut read_s, mut wait_s) = (0u64, 0.0f64, 0.0f64);
+    // Expert cache counters over the timed decode runs, and their time.
+    let mut experts: Option<crate::memory::experts::ExpertStats> = None;
+    let mut decode_s = 0.0f64;
     for _ in 0..o.reps {
         s.reset();
         let t = Instant::now();
         let first = s.eval_argmax(&prompt)?;
         pp.push(o.n_prompt as f64 / t.elapsed().as_secs_f64().max(1e-12));
         let before = s.exec().stream_stats();
+        let x0 = model.expert_stats();
         let t = Instant::now();
         decode(&mut s, first, o.n_gen)?;
-        tg.push(o.n_gen as f64 / t.elapsed().as_secs_f64().max(1e-12));
+        let secs = t.elapsed().as_secs_f64();
+        decode_s += secs;
+        tg.push(o.n_gen as f64 / secs.max(1e-12));
+        if let (Some(a), Some(b)) = (x0, model.expert_stats()) {
+            let d = b.since(&a);
+            experts = Some(match experts {
+                None => d,
+                Some(e) => crate::memory::experts::ExpertStats {
+                    hits: e.hits + d.hits,
+                    misses: e.misses + d.misses,
+                    bytes_read: e.bytes_read + d.bytes_read,
+                    read_s: e.read_s + d.read_s,
+                    ..d
+                },
+            });
+        }
         if let (Some(a), Some(b)) = (before, s.exec().stream_stats()) {
             read_bytes += b.bytes_read - a.bytes_read;
             read_s += b.read_s - a.read_s;
@@ -395,6 +415,18 @@ fn run_config(
             peak_source: peak.map(|p| p.source),
         }
     });
+    let experts = experts.map(|x| {
+        let tokens = (o.reps * o.n_gen).max(1) as f64;
+        ExpertResult {
+            hit_rate: x.hit_rate(),
+            read_bytes_per_token: x.bytes_read as f64 / tokens,
+            read_s_per_token: x.read_s / tokens,
+            compute_s_per_token: (decode_s - x.read_s).max(0.0) / tokens,
+            held: x.held,
+            held_bytes: x.held_bytes,
+            capacity_bytes: x.capacity_bytes,
+        }
+    });
     let device_name = s.backend_name();
     let streamed = s.gpu_backend().and_then(|b| b.stream_stats()).is_some();
     let placement = s.exec().placement().decode.compact();
@@ -447,6 +479,7 @@ fn run_config(
         probe,
         fraction_of_probe,
         storage,
+        experts,
         vs_cpu: None,
     };
     Ok((result, summary))

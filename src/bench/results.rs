@@ -118,6 +118,23 @@ pub struct StorageResult {
     pub peak_source: Option<&'static str>,
 }
 
+/// The expert cache over the timed decode runs (a mixture of experts that does not fit).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ExpertResult {
+    /// Experts needed that were held.
+    pub hit_rate: f64,
+    /// Bytes of experts read from storage per decoded token.
+    pub read_bytes_per_token: f64,
+    /// A decoded token's time split: reading missed experts (the compute waits for them), and
+    /// the rest.
+    pub read_s_per_token: f64,
+    pub compute_s_per_token: f64,
+    /// Experts held at the end, their bytes, and the cache's capacity.
+    pub held: usize,
+    pub held_bytes: u64,
+    pub capacity_bytes: u64,
+}
+
 /// One configuration's results.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ConfigResult {
@@ -139,6 +156,8 @@ pub struct ConfigResult {
     pub fraction_of_probe: Option<f64>,
     /// The memory plan and storage reads, on the CPU path (`None` with a GPU).
     pub storage: Option<StorageResult>,
+    /// The expert cache, when the model holds its experts in one.
+    pub experts: Option<ExpertResult>,
     /// This configuration's speed over memwall's own all-CPU path (`-d cpu`) in the same run,
     /// when the run has one: how much the GPU (or a split) gains on this machine.
     pub vs_cpu: Option<SpeedRatio>,

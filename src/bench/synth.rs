@@ -146,12 +146,16 @@ pub fn parse_type(s: &str) -> Result<GgmlType> {
 }
 
 /// What to write.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SynthOptions {
     pub shape: SynthShape,
     /// Type of every matrix (embedding and output head included); norms are F32.
     pub ty: GgmlType,
     pub seed: u64,
+    /// Skews a mixture of experts' routing as real routers are: expert e's router row is
+    /// scaled by (1 + e)^-skew, so the low experts' logits spread wider and win the top-k
+    /// more often (0: every expert alike, as random weights route).
+    pub router_skew: f32,
 }
 
 impl SynthOptions {
@@ -161,7 +165,12 @@ impl SynthOptions {
         if let Some(n) = n_layer {
             shape.n_layer = n;
         }
-        SynthOptions { shape, ty, seed }
+        SynthOptions {
+            shape,
+            ty,
+            seed,
+            router_skew: 0.0,
+        }
     }
 }
 
@@ -190,6 +199,8 @@ enum Fill {
     Matrix { scale: f32 },
     /// 1 + small noise (a norm weight).
     Norm,
+    /// A router: `Matrix` with row e scaled by (1 + e)^-skew.
+    Router { scale: f32, skew: f32 },
 }
 
 impl Spec {
@@ -216,6 +227,9 @@ fn check(o: &SynthOptions) -> Result<()> {
     let ff = s.moe.map_or(s.n_ff, |m| m.n_ff_exp);
     if !s.n_embd.is_multiple_of(blk) || !ff.is_multiple_of(blk) {
         return bad(format!("widths of {s:?} are not whole {} blocks", o.ty));
+    }
+    if !(o.router_skew.is_finite() && o.router_skew >= 0.0) {
+        return bad(format!("router skew {} must be 0 or more", o.router_skew));
     }
     if let Some(m) = s.moe {
         if m.n_expert_used == 0 || m.n_expert_used > m.n_expert {
@@ -281,6 +295,10 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
         // n_expert], an expert's rows after the previous one's.
         v.push(Spec {
             ty: GgmlType::F32,
+            kind: Fill::Router {
+                scale: 1.0 / (s.n_embd as f32).sqrt(),
+                skew: o.router_skew,
+            },
             ..mat(p("ffn_gate_inp.weight"), m.n_expert, s.n_embd)
         });
         let stack = |name: String, rows: usize, cols: usize| {
@@ -423,11 +441,15 @@ fn tensor_data(spec: &Spec, index: usize, seed: u64) -> Result<Vec<u8>> {
             let n = (rows - r0).min(ROWS_PER_CHUNK) * cols;
             // [n / cols, cols] values of this chunk's rows.
             let x: Vec<f32> = (0..n)
-                .map(|_| {
+                .map(|i| {
                     let u = uniform(&mut st);
                     match spec.kind {
                         Fill::Matrix { scale } => u * scale,
                         Fill::Norm => 1.0 + 0.1 * u,
+                        Fill::Router { scale, skew } => {
+                            let row = (r0 + i / cols) as f32;
+                            u * scale * (1.0 + row).powf(-skew)
+                        }
                     }
                 })
                 .collect();

@@ -75,6 +75,10 @@ pub(crate) struct SynthArgs {
     /// Seed of the random weights.
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// Skew a mixture of experts' routing as real routers are: expert e's router row scaled
+    /// by (1 + e)^-SKEW (0: uniform, random weights route every expert alike).
+    #[arg(long, default_value_t = 0.0)]
+    router_skew: f32,
 }
 
 #[derive(Args)]
@@ -384,12 +388,15 @@ pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
 
 pub(crate) fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {
     use memwall::bench::synth;
-    let opts = synth::SynthOptions::new(
-        synth::Preset::parse(&a.preset)?,
-        a.layers,
-        synth::parse_type(&a.ty)?,
-        a.seed,
-    );
+    let opts = synth::SynthOptions {
+        router_skew: a.router_skew,
+        ..synth::SynthOptions::new(
+            synth::Preset::parse(&a.preset)?,
+            a.layers,
+            synth::parse_type(&a.ty)?,
+            a.seed,
+        )
+    };
     let tty = std::io::stderr().is_terminal();
     let r = synth::write_synth(&a.output, &opts, &mut |done, total| {
         if tty {
