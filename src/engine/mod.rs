@@ -224,6 +224,9 @@ impl Model {
         };
 
         let streams = memory.as_ref().is_some_and(|(m, _)| m.residency.streams());
+        // Experts held in a cache: the budget is as tight as when blocks stream, so what the
+        // load reads is dropped from the page cache as it goes.
+        let tight = streams || memory.as_ref().is_some_and(|(m, _)| m.experts.is_some());
         let (layers, head) = if streams {
             let r = memory.as_ref().map(|(m, _)| m.residency.resident.clone());
             let r = r.unwrap_or_default();
@@ -243,7 +246,7 @@ impl Model {
             ((0..config.n_layer).map(on_cpu).collect(), head)
         };
         let cpu_weights =
-            pool.install(|| PreparedWeights::build(&gguf, &config, &layers, head, streams))?;
+            pool.install(|| PreparedWeights::build(&gguf, &config, &layers, head, tight))?;
         // After packing, which read its tensors once and handed the packed ones' pages back,
         // and without them: paging them in would hold both copies at the peak (and a touch of a
         // norm maps the whole page-cache folio around it, packed neighbours included).
@@ -299,7 +302,12 @@ impl Model {
             .as_mut()
             .and_then(|(r, _)| Some((r.expert_layout.take()?, r)));
         if let Some((layout, report)) = planned {
-            // The expert stacks are read by the cache only, never paged in through the map.
+            // The expert stacks are read by the cache only, never paged in through the map;
+            // the embedding table stays on storage (a token reads one row) unless it is the
+            // head and was not packed.
+            if !(config.tied_embeddings && !head) {
+                held.insert(WeightId::TokEmbd.tensor_name());
+            }
             for l in 0..config.n_layer {
                 let stacks = crate::backend::block_matrices(&config, l);
                 let stacks = stacks.into_iter().filter(|id| id.is_expert_stack());
@@ -314,6 +322,11 @@ impl Model {
             experts = Some(Arc::new(std::sync::Mutex::new(cache)));
         }
         prefault(&gguf, &prefault_plan(&gguf, &held), progress);
+        if tight {
+            // What the prefault's faults read ahead around the small tensors it maps (norms,
+            // an f32 router) goes: megabytes per block of experts' bytes otherwise.
+            gguf.drop_file_cache();
+        }
         let prefill_batch = memory
             .as_ref()
             .map_or(PREFILL_BATCH, |(m, _)| m.prefill_batch);
