@@ -5,8 +5,11 @@
 //! 1. the model is loaded (`Model::load`, GPU upload and pipeline creation included), a session
 //!    made, and a synthetic prompt of `n_prompt` ids evaluated: the time from the start of the
 //!    load to the first token is `ttft_ms`;
-//! 2. `n_gen` tokens are decoded one at a time (greedy, `Session::eval_argmax`): together with
-//!    step 1 this is the warm-up repetition, not counted;
+//! 2. `n_gen` tokens are decoded one at a time (`Session::eval_argmax`, each step fed a
+//!    pseudo-random id rather than the last one's argmax, as llama-bench's generation test
+//!    feeds random ids: a random model's greedy output repeats one token, which would route
+//!    every step of a mixture of experts to the same experts): together with step 1 this is
+//!    the warm-up repetition, not counted;
 //! 3. `reps` repetitions each reset the session, prefill the prompt (timed: prefill tokens/s)
 //!    and decode `n_gen` tokens (timed: decode tokens/s). Every timed step ends with a token id
 //!    read back, so the device is synchronized before the clock stops.
@@ -39,8 +42,13 @@
 //!                 "gpu_session_bytes": int | null, "gpu_total_bytes": int | null },
 //!     "probe": Probe | null,
 //!     "fraction_of_probe": float | null,  // achieved_gbs / probe.read_gbs
-//!     "vs_cpu": { "prefill": float, "decode": float } | null
+//!     "vs_cpu": { "prefill": float, "decode": float } | null,
 //!                                    // mean t/s over the run's `cpu` configuration's
+//!     "storage": Storage | null,     // with a memory plan (streamed blocks' reads)
+//!     "experts": { "hit_rate": float, "read_bytes_per_token": float,
+//!                  "read_s_per_token": float, "compute_s_per_token": float,
+//!                  "held": int, "held_bytes": int, "capacity_bytes": int } | null
+//!                                    // an expert cache, over the timed decode runs
 //!   } ]
 //! }
 //! Stat  = { "mean": float, "sd": float, "median": float, "min": float, "max": float,
@@ -225,11 +233,16 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-/// Decodes `n` tokens greedily after `first`, one at a time.
-fn decode(s: &mut Session, first: u32, n: usize) -> Result<()> {
+/// Decodes `n` tokens one at a time after `first`, each step's argmax read back and then
+/// replaced by the next pseudo-random id of run `run` (each run its own ids, so a repetition
+/// does not find the experts the previous one routed to already cached).
+fn decode(s: &mut Session, first: u32, n: usize, n_vocab: usize, run: u64) -> Result<()> {
+    let seed = (run + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ u64::from(first);
+    let ids = synthetic_prompt(n, n_vocab, seed);
     let mut tok = first;
-    for _ in 0..n {
-        tok = s.eval_argmax(&[tok])?;
+    for &next in &ids {
+        s.eval_argmax(&[tok])?;
+        tok = next;
     }
     Ok(())
 }
@@ -320,7 +333,7 @@ fn run_config(
     let prompt = synthetic_prompt(o.n_prompt, cfg.n_vocab, o.seed);
     let first = s.eval_argmax(&prompt)?;
     let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;
-    decode(&mut s, first, o.n_gen)?;
+    decode(&mut s, first, o.n_gen, cfg.n_vocab, 0)?;
 
     let (mut pp, mut tg) = (Vec::with_capacity(o.reps), Vec::with_capacity(o.reps));
     // Reader counters over the timed decode runs only.
@@ -328,7 +341,7 @@ fn run_config(
     // Expert cache counters over the timed decode runs, and their time.
     let mut experts: Option<crate::memory::experts::ExpertStats> = None;
     let mut decode_s = 0.0f64;
-    for _ in 0..o.reps {
+    for run in 1..=o.reps as u64 {
         s.reset();
         let t = Instant::now();
         let first = s.eval_argmax(&prompt)?;
@@ -336,7 +349,7 @@ fn run_config(
         let before = s.exec().stream_stats();
         let x0 = model.expert_stats();
         let t = Instant::now();
-        decode(&mut s, first, o.n_gen)?;
+        decode(&mut s, first, o.n_gen, cfg.n_vocab, run)?;
         let secs = t.elapsed().as_secs_f64();
         decode_s += secs;
         tg.push(o.n_gen as f64 / secs.max(1e-12));

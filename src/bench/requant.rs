@@ -113,13 +113,7 @@ pub fn requantize(src: &Path, out: &Path, target: GgmlType) -> Result<RequantSum
             copied += 1;
         }
     }
-    w.write_to(out)?;
-    let file_bytes = std::fs::metadata(out)
-        .map_err(|source| Error::Io {
-            path: out.to_path_buf(),
-            source,
-        })?
-        .len();
+    let file_bytes = w.write_to(out)?;
     Ok(RequantSummary {
         converted,
         copied,

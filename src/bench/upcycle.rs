@@ -179,13 +179,7 @@ pub fn upcycle(src: &Path, out: &Path, o: &UpcycleOptions) -> Result<UpcycleSumm
         name: "blk.0.ffn_gate.weight".into(),
         msg: "no dense feed-forward to upcycle".into(),
     })?;
-    w.write_to(out)?;
-    let file_bytes = std::fs::metadata(out)
-        .map_err(|source| Error::Io {
-            path: out.to_path_buf(),
-            source,
-        })?
-        .len();
+    let file_bytes = w.write_to(out)?;
     Ok(UpcycleSummary {
         n_layer,
         n_expert: o.n_expert,

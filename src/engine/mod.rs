@@ -305,7 +305,7 @@ impl Model {
             // The expert stacks are read by the cache only, never paged in through the map;
             // the embedding table stays on storage (a token reads one row) unless it is the
             // head and was not packed.
-            if !(config.tied_embeddings && !head) {
+            if !config.tied_embeddings || head {
                 held.insert(WeightId::TokEmbd.tensor_name());
             }
             for l in 0..config.n_layer {

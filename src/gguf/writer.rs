@@ -346,15 +346,17 @@ impl GgufWriter {
         (out, layout)
     }
 
-    /// Validates, then writes the image to `path`.
-    pub fn write_to(&self, path: impl AsRef<Path>) -> crate::Result<()> {
+    /// Validates, then writes the image to `path`; returns its size in bytes.
+    pub fn write_to(&self, path: impl AsRef<Path>) -> crate::Result<u64> {
         let path = path.as_ref();
         self.validate()
             .map_err(|e| crate::Error::InvalidArgument(format!("GGUF writer: {e}")))?;
-        std::fs::write(path, self.to_bytes()).map_err(|source| crate::Error::Io {
+        let image = self.to_bytes();
+        std::fs::write(path, &image).map_err(|source| crate::Error::Io {
             path: path.to_path_buf(),
             source,
-        })
+        })?;
+        Ok(image.len() as u64)
     }
 }
 
