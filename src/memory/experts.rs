@@ -205,33 +205,89 @@ impl ExpertCache {
                 self.layout.stacks.len()
             )));
         }
+        let missing: Vec<usize> = ids
+            .iter()
+            .copied()
+            .filter(|&e| !self.entries.contains_key(&(l, e)))
+            .collect();
+        self.stats.hits += (ids.len() - missing.len()) as u64;
+        self.stats.misses += missing.len() as u64;
+        let read = self.read_all(l, &missing)?;
         let mut out = Vec::with_capacity(ids.len());
+        let mut read = missing.iter().zip(read);
         for &e in ids {
             if let Some(x) = self.entries.get(&(l, e)) {
-                self.stats.hits += 1;
                 out.push(x.clone());
                 continue;
             }
-            self.stats.misses += 1;
-            let x = Arc::new(self.read(l, e)?);
+            let (_, x) = read.next().ok_or_else(|| {
+                Error::InvalidArgument(format!("expert {e} of block {l} was not read"))
+            })?;
+            let x = Arc::new(x);
             self.admit(l, e, ids, &x);
             out.push(x);
         }
         Ok(out)
     }
 
-    /// Reads expert `e` of block `l` from storage.
-    fn read(&mut self, l: usize, e: usize) -> Result<Expert> {
+    /// Reads experts `es` of block `l` from storage, their slices in parallel (a few reads
+    /// in flight keep the storage busier than one: a decoded token's misses are up to
+    /// `n_expert_used` experts of ~1 MB slices).
+    fn read_all(&mut self, l: usize, es: &[usize]) -> Result<Vec<Expert>> {
+        /// Reads in flight at once: on the development machine's virtio disk (O_DIRECT) a
+        /// 30B-A3B-width decode under a 2 GiB budget read its ~290 MB of misses per token at
+        /// 1.0 GB/s one at a time and 1.2 GB/s eight at a time (2.33 -> 2.58 tok/s).
+        const IN_FLIGHT: usize = 8;
         let t0 = Instant::now();
+        let spans: Vec<BlockSpan> = es
+            .iter()
+            .flat_map(|&e| (0..3).map(move |p| (e, p)))
+            .map(|(e, p)| self.layout.span(l, e, p))
+            .collect();
+        let (file, mode) = (&self.file, self.mode);
+        let mut slots: Vec<std::io::Result<Slot>> = Vec::with_capacity(spans.len());
+        for chunk in spans.chunks(IN_FLIGHT) {
+            let got: Vec<std::io::Result<Slot>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = chunk
+                    .iter()
+                    .map(|sp| scope.spawn(move || Slot::read(file, mode, sp)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(std::io::Error::other("a read panicked")))
+                    })
+                    .collect()
+            });
+            slots.extend(got);
+        }
         let io = |source| Error::Io {
             path: self.path.clone(),
             source,
         };
-        let part = |p| Slot::read(&self.file, self.mode, &self.layout.span(l, e, p)).map_err(io);
-        let x = Expert {
-            parts: [part(0)?, part(1)?, part(2)?],
-        };
+        let mut slots = slots.into_iter();
+        let mut out = Vec::with_capacity(es.len());
+        for _ in es {
+            let mut part = || -> Result<Slot> {
+                slots
+                    .next()
+                    .unwrap_or_else(|| Err(std::io::Error::other("a slice was not read")))
+                    .map_err(io)
+            };
+            out.push(Expert {
+                parts: [part()?, part()?, part()?],
+            });
+        }
         self.stats.read_s += t0.elapsed().as_secs_f64();
+        for &e in es {
+            self.count_read(l, e);
+        }
+        Ok(out)
+    }
+
+    /// Adds expert `e` of block `l`'s bytes read from storage to the statistics.
+    fn count_read(&mut self, l: usize, e: usize) {
         self.stats.bytes_read += (0..3)
             .map(|p| {
                 let s = self.layout.span(l, e, p);
@@ -243,7 +299,6 @@ impl ExpertCache {
                 }
             })
             .sum::<u64>();
-        Ok(x)
     }
 
     /// Holds `x` (expert `e` of block `l`) if the cache has room, making room by dropping the
