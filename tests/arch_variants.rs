@@ -618,7 +618,7 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
 /// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
 /// and token by token.
 #[test]
-fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
+fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_and_the_mixtures_on_the_gpu_match_the_reference() {
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
@@ -635,9 +635,12 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
         ("phi3", GgmlType::Q8_0, true, 0.12),
         ("gemma2", GgmlType::F32, false, 5e-3),
         ("gemma2", GgmlType::Q8_0, true, 0.12),
-        // The expert blocks stay on the CPU; the embedding and head run on the GPU.
+        // The mixtures on the GPU's expert kernels (routing, the experts' matvecs over the
+        // stacks, qwen2moe's gated shared expert, olmoe's whole-projection Q/K norms).
         ("qwen3moe", GgmlType::F32, false, 5e-3),
+        ("qwen3moe", GgmlType::Q8_0, true, 0.12),
         ("qwen2moe", GgmlType::F32, true, 5e-3),
+        ("olmoe", GgmlType::F32, false, 5e-3),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
@@ -662,6 +665,15 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_on_the_gpu_match_the_reference() {
             ),
         };
         assert!(model.gpu().is_some(), "--device gpu must not fall back");
+        let on_gpu = |p: &memwall::ground::Placement| {
+            p.layers.iter().all(|&d| d == memwall::ground::Device::Gpu)
+        };
+        let p = model.placement();
+        assert!(
+            on_gpu(&p.prefill) && on_gpu(&p.decode),
+            "{arch}: every block on the GPU, got {}",
+            p.decode
+        );
         let c = model.config().clone();
         assert_eq!(c.qk_norm, v.expected_qk_norm());
         if v.longrope().is_none() {

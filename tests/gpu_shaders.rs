@@ -225,6 +225,15 @@ fn all_lists_every_variant_once() {
     for ty in f16_formats {
         want.insert(KernelKey::Embedding { ty, f16: true });
     }
+    // The mixture-of-experts kernels: no reduction; the experts' matvec per weight format.
+    let moe_keys = WeightFormat::ALL
+        .map(|ty| KernelKey::MatvecExperts { ty })
+        .into_iter()
+        .chain([KernelKey::MoeRoute, KernelKey::MoeCombine]);
+    for key in moe_keys {
+        assert!(!key.has_reduction_choice() && !key.uses_subgroups() && key.is_moe());
+        want.insert(key);
+    }
     // Every key in `all()` is one of the enum's variants (exhaustive match), and every
     // variant/format/reduction combination is in `all()`.
     for key in &all {
@@ -253,6 +262,9 @@ fn all_lists_every_variant_once() {
             | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
+            | KernelKey::MoeRoute
+            | KernelKey::MatvecExperts { .. }
+            | KernelKey::MoeCombine
             | KernelKey::BandwidthProbe => {}
         }
     }

@@ -1,7 +1,8 @@
 //! The mixture-of-experts path on real text: the test model upcycled into 4 experts per block
 //! (2 used per token, `memwall upcycle`, tests/data/reference/smollm2-upcycled-moe). With
 //! identical experts it gives the dense model's logits; with distinct experts its perplexity
-//! agrees with llama.cpp's on the same file, on the CPU and with a GPU device (lavapipe in CI);
+//! agrees with llama.cpp's on the same file, on the CPU and on the GPU's expert kernels
+//! (lavapipe in CI), whose logits follow the CPU path's and whose decode reads nothing back;
 //! and under a memory budget too small for it, an expert cache that holds some experts and
 //! reads the others from storage gives the all-resident logits bit for bit.
 
@@ -132,7 +133,94 @@ fn distinct_experts_perplexity_agrees_with_llama_cpp_on_the_cpu_and_the_gpu() {
         Err(e) => panic!("cannot load on the GPU ({e}); install Mesa lavapipe"),
     };
     assert!(on_gpu.gpu().is_some(), "--device gpu must not fall back");
+    assert_experts_on_gpu(&on_gpu);
     common::agreement::check_perplexity_at(&on_gpu, 256, 15, LLAMA_CPP_PPL_DISTINCT);
+}
+
+/// Every block (so every mixture of experts) of `m` runs on the GPU in both phases.
+fn assert_experts_on_gpu(m: &Model) {
+    use memwall::ground::Device;
+    let p = m.placement();
+    for (phase, pl) in [("prefill", &p.prefill), ("decode", &p.decode)] {
+        assert!(
+            pl.layers.iter().all(|&d| d == Device::Gpu),
+            "{phase} placement {pl}: the expert blocks must run on the GPU"
+        );
+    }
+}
+
+/// max |a - b| relative to max |b| (a logit range, robust to near-zero logits).
+fn rel_to_range(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().all(|v| v.is_finite()), "non-finite GPU logits");
+    let range = b.iter().fold(0f32, |m, v| m.max(v.abs()));
+    let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / range
+}
+
+/// The GPU's expert kernels (routing on the GPU, the experts' matvecs over the stacks by the
+/// ids it left there, the weighted sum) follow the CPU's expert path: f32 activations on both,
+/// a 70-token prefill (pairs of every expert) and 6 decode steps, through 30 blocks.
+#[test]
+fn gpu_experts_follow_the_cpu_path() {
+    use memwall::gpu::DeviceSelector;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let path = upcycled(true);
+    let f32_act = |device| LoadOptions {
+        device,
+        f32_activations: true,
+        n_ctx: 256,
+        ..Default::default()
+    };
+    let gpu = load(&path, f32_act(DeviceChoice::Gpu(DeviceSelector::Auto)));
+    assert!(gpu.gpu().is_some(), "--device gpu must not fall back");
+    assert_experts_on_gpu(&gpu);
+    let cpu = load(&path, f32_act(DeviceChoice::Cpu));
+    let (got, want) = (logits(&gpu), logits(&cpu));
+    let n_vocab = cpu.config().n_vocab;
+    let mut worst = 0f32;
+    for (step, (g, w)) in got.iter().zip(&want).enumerate() {
+        // Each token's logits of the prefill on their own range.
+        for (i, (gt, wt)) in g.chunks(n_vocab).zip(w.chunks(n_vocab)).enumerate() {
+            let e = rel_to_range(gt, wt);
+            worst = worst.max(e);
+            assert!(
+                e <= 1e-2,
+                "step {step} token {i}: GPU logits differ from the CPU's by {e:.3e} of the range"
+            );
+        }
+    }
+    eprintln!("worst GPU-vs-CPU expert logit difference: {worst:.3e} of max |logit|");
+}
+
+/// The expert ids never come back to the host: a greedy decode step of the mixture is one
+/// submission, as a dense model's, and creates nothing once warm.
+#[test]
+fn gpu_expert_decode_is_one_submission_per_token() {
+    use memwall::gpu::DeviceSelector;
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let gpu = LoadOptions {
+        device: DeviceChoice::Gpu(DeviceSelector::Auto),
+        n_ctx: 128,
+        ..Default::default()
+    };
+    let m = load(&upcycled(true), gpu);
+    assert_experts_on_gpu(&m);
+    let mut s = m.session(128).unwrap();
+    let prompt = m.tokenizer().encode("The capital of France is", true, true);
+    let mut id = s.eval_argmax(&prompt).unwrap();
+    id = s.eval_argmax(&[id]).unwrap();
+    let (l0, s0, bg0) = s.gpu_backend().unwrap().stats();
+    let steps = 6;
+    for _ in 0..steps {
+        id = s.eval_argmax(&[id]).unwrap();
+    }
+    let (l1, s1, bg1) = s.gpu_backend().unwrap().stats();
+    assert_eq!(s1 - s0, steps, "submissions per decode step");
+    assert_eq!(bg1, bg0, "bind groups created in the token loop");
+    // Per block at least the router, the routing, three expert matvecs, the activation and
+    // the sum.
+    assert!(l1 - l0 >= steps * m.config().n_layer as u64 * 7);
 }
 
 /// The smallest budget a load of `path` would take now (the plan counts what the process

@@ -198,7 +198,7 @@ impl Model {
         CpuBackend::check_weights(&gguf, &config)?;
         let (gpu, device_note, placement, load_fallback) = open_gpu(&gguf, &config, opts)?;
         let kv_types = resolve_kv_types(opts, config.head_dim)?;
-        let managed_residency = match (&gpu, managed(opts), opts.gpu_mem_budget) {
+        let managed_residency = match (&gpu, managed(opts, &config), opts.gpu_mem_budget) {
             (Some(_), true, Some(budget)) => {
                 let fit = initial_placement(
                     &gguf,

@@ -14,11 +14,32 @@ use crate::scheduler::{Fallback, FallbackCause, KvRebuild};
 
 /// Whether the offload policy decides which blocks are resident (streaming under a budget,
 /// re-decided): the model then uploads no block itself, each session uploads and frees them.
-pub(super) fn managed(opts: &LoadOptions) -> bool {
+/// Not for a mixture of experts, whose blocks run on the GPU only when resident there.
+pub(super) fn managed(opts: &LoadOptions, cfg: &Config) -> bool {
     opts.stream
         && opts.resample_every.is_some()
         && opts.gpu_mem_budget.is_some()
         && opts.gpu.resident.is_none()
+        && cfg.moe.is_none()
+}
+
+/// `run` with every mixture-of-experts block that `resident` does not hold on the GPU moved
+/// to the CPU: a block's experts are far too many bytes to stream through the GPU's ring for
+/// every pass (the CPU reads only the routed ones).
+fn experts_resident(cfg: &Config, run: Placement, resident: &Placement) -> Placement {
+    if cfg.moe.is_none() {
+        return run;
+    }
+    let layers = run
+        .layers
+        .iter()
+        .enumerate()
+        .map(|(l, &d)| match resident.layers.get(l) {
+            Some(Device::Gpu) => d,
+            _ => Device::Cpu,
+        })
+        .collect();
+    Placement { layers, ..run }
 }
 
 /// Where the stages run and which ones have resident GPU weights, for the options, on a
@@ -64,7 +85,7 @@ pub(super) fn initial_placement(
             (p.clone(), p)
         }
     };
-    if managed(opts) {
+    if managed(opts, cfg) {
         // Sessions own the blocks (see `Model::managed_residency`).
         let model_resident = Placement {
             layers: vec![Device::Cpu; n_layer],
@@ -171,9 +192,11 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
         let (health, capable) =
             crate::gpu::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
         let placement = crate::gpu::startup::restrict(&placement, &capable);
+        let resident = crate::gpu::startup::restrict(&resident, &capable);
+        let placement = experts_resident(cfg, placement, &resident);
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,
-            resident: Some(crate::gpu::startup::restrict(&resident, &capable)),
+            resident: Some(resident),
             unusable_kernels: health.unusable,
             kv_types: Some(kv),
             ..opts.gpu.clone()
@@ -187,7 +210,8 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
         let Some(why) = g.upload_failure.clone() else {
             return Ok((Arc::new(g), PhasePlacement::same(placement), None));
         };
-        let streams = opts.stream || opts.gpu.resident.is_some();
+        // A mixture-of-experts block whose upload failed runs on the CPU, never streamed.
+        let streams = (opts.stream || opts.gpu.resident.is_some()) && cfg.moe.is_none();
         let (fit, moved) = fit_uploaded(&placement, &g, cfg.tied_embeddings, streams);
         let f = Fallback {
             cause: FallbackCause::OutOfMemory,

@@ -23,6 +23,7 @@ use crate::kv_type::KvTypes;
 
 mod kv;
 mod matmul;
+mod moe;
 mod residency;
 use kv::{kv_layer, KvLayer};
 
@@ -98,6 +99,8 @@ pub struct GpuBackend {
     /// matmul) and cleared by every op that could change that buffer or qx / qd, so the
     /// matmuls after a norm quantize their input once, not once each.
     quantized: Option<(wgpu::Buffer, usize)>,
+    /// The mixture-of-experts step's buffers, made at the first mixture block run here.
+    moe: Option<moe::MoeBufs>,
 }
 
 fn storage(m: &GpuModel, label: &str, bytes: u64) -> Result<wgpu::Buffer> {
@@ -193,6 +196,7 @@ impl GpuBackend {
             qd,
             q_capacity: max_tokens.saturating_mul(max_cols),
             quantized: None,
+            moe: None,
             m,
             rec,
             kv,
@@ -442,6 +446,10 @@ impl Backend for GpuBackend {
 
     fn matmul(&mut self, w: WeightId, x: &GpuAct, n: usize, out: &mut GpuAct) -> Result<()> {
         self.matmul_parts(w, x, n, out, false)
+    }
+
+    fn moe(&mut self, layer: usize, x: &GpuAct, n: usize, out: &mut GpuAct) -> Result<()> {
+        self.moe_ffn(layer, x, n, out)
     }
 
     fn matmul_qkv(

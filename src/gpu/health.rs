@@ -216,12 +216,14 @@ pub(crate) fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The variants a model whose weights are in `formats` needs on an adapter with `facts`
 /// with kernels chosen by `opts`: those of [`AdapterFacts::keys`] it
-/// [`chooses`](AdapterFacts::chooses) (the bandwidth probe belongs to `memwall bench`).
+/// [`chooses`](AdapterFacts::chooses) (the bandwidth probe belongs to `memwall bench`; the
+/// expert kernels to a mixture of experts, `moe`).
 pub fn needed_keys(
     facts: &AdapterFacts,
     opts: crate::gpu::KernelOptions,
     formats: &HashSet<crate::gpu::WeightFormat>,
     kv: crate::kv_type::KvTypes,
+    moe: bool,
 ) -> Vec<KernelKey> {
     facts
         .keys(opts)
@@ -230,6 +232,7 @@ pub fn needed_keys(
         .filter(|k| *k != KernelKey::BandwidthProbe)
         .filter(|k| variants::weight_format(k).is_none_or(|f| formats.contains(&f)))
         .filter(|k| kv_needed(k, kv))
+        .filter(|k| moe || !k.is_moe())
         .collect()
 }
 

@@ -279,7 +279,7 @@ mod tests {
             ..LAVAPIPE
         };
         for (facts, want_rows) in [(LAVAPIPE, true), (discrete, false)] {
-            let needed = needed_keys(&facts, opts, &formats, kv);
+            let needed = needed_keys(&facts, opts, &formats, kv, false);
             assert!(needed
                 .iter()
                 .any(|k| rows(k) == want_rows && workgroup(k) != want_rows));

@@ -23,6 +23,8 @@
 //! - [`pipelines`]: pipeline creation (reflected layouts, the on-disk pipeline cache).
 //! - [`probe`]: the memory bandwidth probe `memwall bench` measures the floor with.
 //! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
+//! - [`moe`]: the mixture-of-experts kernels (routing, the routed experts' matvecs, their
+//!   weighted sum), the expert ids kept on the GPU.
 
 pub mod attention;
 pub mod backend;
@@ -34,6 +36,7 @@ pub mod kernels;
 pub mod known_bad;
 pub mod layouts;
 pub mod matmul;
+pub mod moe;
 pub mod ops;
 pub mod params;
 pub mod pipelines;

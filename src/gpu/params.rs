@@ -256,6 +256,66 @@ pub struct MatvecQ8Params {
     pub pad2: u32,
 }
 
+/// Uniform parameters of `shaders/moe_route.wgsl` (`struct MoeRouteParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MoeRouteParams {
+    pub n_tokens: u32,
+    pub n_expert: u32,
+    /// experts used per token
+    pub k: u32,
+    /// 1: divide the kept probabilities by their sum
+    pub normalize: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+    pub pad2: u32,
+}
+
+/// Uniform parameters of `shaders/matvec_experts.wgsl` (`struct MatvecExpertsParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MatvecExpertsParams {
+    /// rows of one expert's matrix
+    pub rows: u32,
+    pub cols: u32,
+    /// ceil(cols / QK)
+    pub blocks_per_row: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    /// (token, slot) pairs
+    pub n_pairs: u32,
+    /// pairs per input row (k: every slot reads its token's input; 1: each pair its own)
+    pub x_div: u32,
+    /// ceil(rows / WG)
+    pub row_groups: u32,
+    /// the experts the launch's weight binding holds: e_lo..e_hi
+    pub e_lo: u32,
+    pub e_hi: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+    pub pad2: u32,
+}
+
+/// Uniform parameters of `shaders/moe_combine.wgsl` (`struct MoeCombineParams`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Pod, Zeroable)]
+pub struct MoeCombineParams {
+    pub n_tokens: u32,
+    /// row length (n_embd)
+    pub n: u32,
+    /// experts per token
+    pub k: u32,
+    /// 1: add the shared expert's gated output
+    pub has_shared: u32,
+    /// workgroups along x in the dispatch
+    pub groups_x: u32,
+    pub pad0: u32,
+    pub pad1: u32,
+    pub pad2: u32,
+}
+
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
 const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
@@ -269,3 +329,6 @@ const _: () = assert!(std::mem::size_of::<KvStoreParams>() == 32);
 const _: () = assert!(std::mem::size_of::<AttentionParams>() == 64);
 const _: () = assert!(std::mem::size_of::<QuantizeActParams>() == 16);
 const _: () = assert!(std::mem::size_of::<MatvecQ8Params>() == 64);
+const _: () = assert!(std::mem::size_of::<MoeRouteParams>() == 32);
+const _: () = assert!(std::mem::size_of::<MatvecExpertsParams>() == 48);
+const _: () = assert!(std::mem::size_of::<MoeCombineParams>() == 32);

@@ -83,6 +83,9 @@ const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wg
 const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
 const ATTENTION_PREFILL_LANES: &str = include_str!("../../shaders/attention_prefill_lanes.wgsl");
 const BANDWIDTH: &str = include_str!("../../shaders/bandwidth.wgsl");
+const MOE_ROUTE: &str = include_str!("../../shaders/moe_route.wgsl");
+const MATVEC_EXPERTS: &str = include_str!("../../shaders/matvec_experts.wgsl");
+const MOE_COMBINE: &str = include_str!("../../shaders/moe_combine.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;
@@ -326,6 +329,15 @@ pub enum KernelKey {
         out: Option<MatvecOut>,
         subgroup: bool,
     },
+    /// `shaders/moe_route.wgsl`: each token's experts and their weights from its router
+    /// logits (standalone).
+    MoeRoute,
+    /// `shaders/matvec_experts.wgsl`: the routed experts' matvecs over a stack of every
+    /// expert's matrix in `ty`, the expert ids read on the GPU (no reduction).
+    MatvecExperts { ty: WeightFormat },
+    /// `shaders/moe_combine.wgsl`: the experts' outputs weighted and summed, plus the gated
+    /// shared expert (standalone).
+    MoeCombine,
 }
 
 impl KernelKey {
@@ -389,7 +401,19 @@ impl KernelKey {
             keys.push(KernelKey::Matmul { ty });
             keys.push(KernelKey::MatvecRows { ty });
         }
+        keys.push(KernelKey::MoeRoute);
+        keys.extend(WeightFormat::ALL.map(|ty| KernelKey::MatvecExperts { ty }));
+        keys.push(KernelKey::MoeCombine);
         keys
+    }
+
+    /// Whether only a mixture-of-experts block runs the kernel (a dense model never
+    /// compiles or checks it).
+    pub fn is_moe(&self) -> bool {
+        matches!(
+            self,
+            KernelKey::MoeRoute | KernelKey::MatvecExperts { .. } | KernelKey::MoeCombine
+        )
     }
 
     /// Whether the key comes in a u32-packed and a native-f16 variant (a context compiles one
@@ -419,6 +443,9 @@ impl KernelKey {
             | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
+            | KernelKey::MoeRoute
+            | KernelKey::MatvecExperts { .. }
+            | KernelKey::MoeCombine
             | KernelKey::BandwidthProbe => false,
         }
     }
@@ -453,6 +480,9 @@ impl KernelKey {
             | KernelKey::MatmulQ8Rows { .. }
             | KernelKey::RmsNormQuant { .. }
             | KernelKey::SwigluQuant
+            | KernelKey::MoeRoute
+            | KernelKey::MatvecExperts { .. }
+            | KernelKey::MoeCombine
             | KernelKey::BandwidthProbe => false,
         }
     }
@@ -511,7 +541,11 @@ impl KernelKey {
             | KernelKey::MatvecQ8Rows { .. }
             | KernelKey::MatvecQ8RowsOut { .. }
             | KernelKey::SwigluQuant => false,
-            KernelKey::QuantizeAct | KernelKey::BandwidthProbe => false,
+            KernelKey::QuantizeAct
+            | KernelKey::BandwidthProbe
+            | KernelKey::MoeRoute
+            | KernelKey::MatvecExperts { .. }
+            | KernelKey::MoeCombine => false,
         }
     }
 
@@ -572,6 +606,11 @@ impl KernelKey {
             ),
             KernelKey::RmsNormQuant { .. } => format!("rmsnorm_quant{sg}"),
             KernelKey::SwigluQuant => "swiglu_quant".into(),
+            KernelKey::MoeRoute => "moe_route".into(),
+            KernelKey::MatvecExperts { ty } => {
+                format!("matvec_experts_{}", ty.ggml().name().to_lowercase())
+            }
+            KernelKey::MoeCombine => "moe_combine".into(),
         }
     }
 
@@ -656,6 +695,9 @@ impl KernelKey {
             ],
             KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],
             KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
+            KernelKey::MoeRoute => vec![MOE_ROUTE],
+            KernelKey::MatvecExperts { ty } => vec![ty.fragment(), MATVEC_EXPERTS],
+            KernelKey::MoeCombine => vec![MOE_COMBINE],
         };
         parts.join("\n")
     }

@@ -31,8 +31,7 @@ impl StageFormats {
             ..StageFormats::default()
         };
         for (id, dims) in crate::backend::expected_weights(cfg) {
-            // Expert stacks never run on the GPU (its MoE blocks stay on the CPU).
-            if dims.len() < 2 || id.is_expert_stack() {
+            if dims.len() < 2 {
                 continue;
             }
             let t = gguf.require_tensor(&id.tensor_name())?;
@@ -76,8 +75,13 @@ pub fn kernel_options(ctx: &GpuContext) -> KernelOptions {
     }
 }
 
-/// Whether a stage decoding `formats` (the embedding stage when `embed`) needs `key`.
-fn stage_needs(key: &KernelKey, formats: &HashSet<WeightFormat>, embed: bool) -> bool {
+/// Whether a stage decoding `formats` (the embedding stage when `embed`, the head when
+/// `head`) needs `key`.
+fn stage_needs(key: &KernelKey, formats: &HashSet<WeightFormat>, embed: bool, head: bool) -> bool {
+    if key.is_moe() && (embed || head) {
+        // The expert kernels: the blocks only (a dense model's set never holds them).
+        return false;
+    }
     let lookup = matches!(key, KernelKey::Embedding { .. });
     match variants::weight_format(key) {
         Some(ty) => lookup == embed && formats.contains(&ty),
@@ -92,10 +96,10 @@ pub fn gpu_capable(formats: &StageFormats, unavailable: &[KernelKey]) -> Placeme
     // A key whose launch fallback is available does not keep a stage off the GPU.
     let missing =
         |k: &KernelKey| variants::launch_fallback(*k).is_none_or(|f| unavailable.contains(&f));
-    let ok = |set: &HashSet<WeightFormat>, embed: bool| {
+    let ok = |set: &HashSet<WeightFormat>, embed: bool, head: bool| {
         if unavailable
             .iter()
-            .any(|k| missing(k) && stage_needs(k, set, embed))
+            .any(|k| missing(k) && stage_needs(k, set, embed, head))
         {
             Device::Cpu
         } else {
@@ -103,9 +107,9 @@ pub fn gpu_capable(formats: &StageFormats, unavailable: &[KernelKey]) -> Placeme
         }
     };
     Placement {
-        embed: ok(&formats.embed, true),
-        layers: formats.layers.iter().map(|s| ok(s, false)).collect(),
-        head: ok(&formats.head, false),
+        embed: ok(&formats.embed, true, false),
+        layers: formats.layers.iter().map(|s| ok(s, false, false)).collect(),
+        head: ok(&formats.head, false, true),
     }
 }
 
@@ -134,13 +138,15 @@ pub fn model_keys(
     kv: KvTypes,
 ) -> Result<HashSet<KernelKey>> {
     let formats = StageFormats::of(gguf, cfg)?;
-    Ok(needed_keys(ctx, &formats, kv).into_iter().collect())
+    Ok(needed_keys(ctx, &formats, kv, cfg.moe.is_some())
+        .into_iter()
+        .collect())
 }
 
 /// [`health::needed_keys`] on `ctx` with the options and layouts a model load chooses there.
-fn needed_keys(ctx: &GpuContext, formats: &StageFormats, kv: KvTypes) -> Vec<KernelKey> {
+fn needed_keys(ctx: &GpuContext, formats: &StageFormats, kv: KvTypes, moe: bool) -> Vec<KernelKey> {
     let facts = AdapterFacts::of(ctx);
-    health::needed_keys(&facts, kernel_options(ctx), &formats.all(), kv)
+    health::needed_keys(&facts, kernel_options(ctx), &formats.all(), kv, moe)
 }
 
 /// Runs (or reads from the record) the health check of the variants `gguf`'s model needs on
@@ -154,19 +160,9 @@ pub fn check_model(
     opts: &HealthOptions,
 ) -> Result<(Health, Placement)> {
     let formats = StageFormats::of(gguf, cfg)?;
-    let needed = needed_keys(ctx, &formats, kv);
+    let needed = needed_keys(ctx, &formats, kv, cfg.moe.is_some());
     let mut h = health::check(ctx, &needed, opts)?;
-    let mut capable = gpu_capable(&formats, &h.unavailable);
-    if cfg.moe.is_some() {
-        // The GPU has no expert kernels yet: a mixture-of-experts block runs on the CPU.
-        capable.layers.fill(Device::Cpu);
-        let note = format!(
-            "the {} mixture-of-experts blocks run on the CPU (no GPU expert kernels)",
-            cfg.n_layer
-        );
-        log::info!("{note}");
-        h.report.notes.push(note);
-    }
+    let capable = gpu_capable(&formats, &h.unavailable);
     let cpu_layers = capable.layers.iter().filter(|&&d| d == Device::Cpu).count();
     if !h.unavailable.is_empty() {
         let keys: Vec<String> = h.unavailable.iter().map(KernelKey::label).collect();

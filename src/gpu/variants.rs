@@ -111,7 +111,8 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecQ8Rows { ty }
         | KernelKey::MatvecQ8Out { ty, .. }
         | KernelKey::MatvecQ8RowsOut { ty, .. }
-        | KernelKey::MatmulQ8Rows { ty, .. } => Some(ty),
+        | KernelKey::MatmulQ8Rows { ty, .. }
+        | KernelKey::MatvecExperts { ty } => Some(ty),
         KernelKey::RmsNorm { .. }
         | KernelKey::Rope
         | KernelKey::Swiglu
@@ -127,7 +128,9 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::QuantizeAct
         | KernelKey::BandwidthProbe
         | KernelKey::RmsNormQuant { .. }
-        | KernelKey::SwigluQuant => None,
+        | KernelKey::SwigluQuant
+        | KernelKey::MoeRoute
+        | KernelKey::MoeCombine => None,
     }
 }
 

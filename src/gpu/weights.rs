@@ -172,17 +172,27 @@ impl Uploads {
             name: t.name.clone(),
             msg,
         };
-        if dims.len() == 1 {
+        // The shared expert's gate is a vector the GPU applies as a one-row matrix (its logit
+        // per token is a matvec).
+        if dims.len() == 1 && !matches!(id, WeightId::GateInpShexp(_)) {
             let v = kernels_ref::dequantize_vec(t.ty, data, dims[0])
                 .map_err(|e| tensor_err(e.to_string()))?;
             self.weight_bytes += (v.len() * 4) as u64;
             self.vecs.insert(id, upload_f32(ctx, &t.name, &v)?);
             return Ok(());
         }
-        let (cols, rows) = (dims[0], dims[1]);
+        // An expert stack ([cols, rows, n_expert]) is its 2-D view of n_expert * rows rows,
+        // split across bindings only between experts (the expert kernels bind one part per
+        // launch and read whole experts from it).
+        let (cols, rows, align) = match *dims {
+            [c] => (c, 1, 1),
+            [c, r] => (c, r, 1),
+            [c, r, e] => (c, r * e, r),
+            _ => return Err(tensor_err(format!("{} dimensions", dims.len()))),
+        };
         let (ty, bytes, warning) = gpu_format(t.ty, &t.name, data, rows, cols)?;
         self.warnings.extend(warning);
-        let m = upload_split(ctx, &t.name, ty, &bytes, rows, cols, limit)?;
+        let m = upload_split_aligned(ctx, &t.name, ty, &bytes, (rows, cols), limit, align)?;
         self.weight_bytes += m
             .parts
             .iter()
@@ -433,6 +443,20 @@ pub fn upload_split(
     cols: usize,
     limit: u64,
 ) -> Result<GpuWeightMatrix> {
+    upload_split_aligned(ctx, name, ty, data, (rows, cols), limit, 1)
+}
+
+/// [`upload_split`] with every part a whole number of `align` rows (an expert stack's parts
+/// hold whole experts).
+pub fn upload_split_aligned(
+    ctx: &GpuContext,
+    name: &str,
+    ty: WeightFormat,
+    data: &[u8],
+    (rows, cols): (usize, usize),
+    limit: u64,
+    align: usize,
+) -> Result<GpuWeightMatrix> {
     let g: GgmlType = ty.ggml();
     let row_bytes = g
         .row_bytes(cols as u64)
@@ -455,11 +479,12 @@ pub fn upload_split(
     let per_row = (one.quants.len().max(one.scales.len()) as u64 * 4).max(4);
     let rows_per_part = usize::try_from(limit / per_row).unwrap_or(usize::MAX);
     // Each part is repacked on its own, so any row count works.
-    let rows_per_part = rows_per_part.min(rows);
+    let align = align.max(1);
+    let rows_per_part = rows_per_part.min(rows) / align * align;
     if rows_per_part == 0 {
         return Err(Error::Gpu(format!(
-            "{name}: one row ({per_row} bytes packed) exceeds the storage binding limit of \
-             {limit} bytes"
+            "{name}: {align} rows ({per_row} bytes each, packed) exceed the storage binding \
+             limit of {limit} bytes"
         )));
     }
     let mut parts = Vec::new();

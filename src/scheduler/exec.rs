@@ -245,6 +245,17 @@ impl Exec {
         let g = self.gpu_model.as_ref().ok_or_else(|| {
             Error::InvalidArgument(format!("placement {p} uses the GPU but none is open"))
         })?;
+        if self.cfg.moe.is_some() {
+            // A mixture-of-experts block never streams through the GPU's ring (its experts
+            // would be read whole every pass): on the GPU it must be resident.
+            let on_gpu = |l: usize| p.layers[l] == Device::Gpu;
+            if let Some(l) = (0..p.layers.len()).find(|&l| on_gpu(l) && self.gpu_streams(l)) {
+                return Err(Error::InvalidArgument(format!(
+                    "placement {p} runs mixture-of-experts block {l} on the GPU, which does not \
+                     hold its experts"
+                )));
+            }
+        }
         let tied = self.cfg.tied_embeddings;
         // Blocks without resident weights are streamed; the embedding and head must be there.
         let missing = crate::backend::expected_weights(&self.cfg)

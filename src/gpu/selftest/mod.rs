@@ -12,6 +12,7 @@
 pub(crate) mod checks;
 mod checks_attention;
 mod checks_fused;
+mod checks_moe;
 mod checks_prefill;
 mod checks_probe;
 pub(crate) mod checks_q8;
@@ -113,6 +114,9 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::AttentionPrefill { kv } => ("attention_prefill", kv.signature()),
         KernelKey::AttentionPrefillLanes { kv } => ("attention_prefill_lanes", kv.signature()),
         KernelKey::BandwidthProbe => ("bandwidth_probe", "-".into()),
+        KernelKey::MoeRoute => ("moe_route", "-".into()),
+        KernelKey::MatvecExperts { ty } => ("matvec_experts", fmt(ty)),
+        KernelKey::MoeCombine => ("moe_combine", "-".into()),
     };
     (kernel.to_string(), variant)
 }
@@ -357,6 +361,9 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::RmsNormQuant { .. } => checks_fused::rms_norm_quant(ctx, ks, key),
         KernelKey::SwigluQuant => checks_fused::swiglu_quant(ctx, ks, key),
         KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
+        KernelKey::MoeRoute => checks_moe::moe_route(ctx, ks, key),
+        KernelKey::MatvecExperts { ty } => checks_moe::matvec_experts(ctx, ks, key, ty),
+        KernelKey::MoeCombine => checks_moe::moe_combine(ctx, ks, key),
     }
 }
 

@@ -1,0 +1,213 @@
+//! Checks of the mixture-of-experts kernels against kernels-ref: the routing (expert ids
+//! exactly, ties included; weights to the softmax's rounding), the routed experts' matvecs
+//! over a stack split across two bindings (every pair against kernels-ref's matvec of its
+//! expert's rows), and the weighted sum with and without a shared expert.
+
+use super::checks::{matrix_cases, oracle, weights};
+use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
+use crate::error::Result;
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::{self, Kernels};
+use crate::gpu::repack::repack;
+use crate::gpu::shaders::{KernelKey, WeightFormat};
+
+pub(super) fn moe_route(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+    let mut worst = Worst::new();
+    // (tokens, experts, used, normalize, small grid)
+    let cases = [
+        (5usize, 8usize, 2usize, true, false),
+        (70, 128, 8, true, false),
+        (9, 60, 4, false, false),
+        (200, 16, 3, true, true),
+    ];
+    for (n, ne, k, normalize, small) in cases {
+        let mut rng = Rng(0x0e0e_7000 ^ (n * 131 + ne) as u64);
+        let mut logits = rng.values(n * ne, 1.5); // [n, ne]
+        for t in 0..n {
+            // Ties: two experts of each token share a logit (the lower index goes first).
+            logits[t * ne + ne - 1] = logits[t * ne + 1];
+        }
+        let mut want_ids = vec![0u32; n * k]; // [n, k]
+        let mut want_w = vec![0f32; n * k]; // [n, k]
+        for t in 0..n {
+            kernels_ref::route_experts(
+                &logits[t * ne..(t + 1) * ne],
+                normalize,
+                &mut want_ids[t * k..(t + 1) * k],
+                &mut want_w[t * k..(t + 1) * k],
+            );
+        }
+        let lb = kernels::upload_f32(ctx, "logits", &logits)?;
+        let ib = poisoned(ctx, "ids", &vec![f32::NAN; n * k])?;
+        let wb = poisoned(ctx, "weights", &vec![f32::NAN; n * k])?;
+        if small {
+            let probe = ks.moe_route_launch(&lb, &ib, &wb, n, ne, k, normalize)?;
+            ks.max_groups_per_dim = small_grid(&[probe])?;
+        }
+        let launch = ks.moe_route_launch(&lb, &ib, &wb, n, ne, k, normalize)?;
+        let d = prepare(ctx, ks, launch, key)?;
+        kernels::run(ctx, &[&d])?;
+        let ids = read_guarded(ctx, &ib, n * k, &mut worst)?;
+        for (g, w) in ids.iter().zip(&want_ids) {
+            worst.add(f64::from(g.to_bits()), f64::from(*w), 0.0);
+        }
+        let got = read_guarded(ctx, &wb, n * k, &mut worst)?;
+        // exp of an argument up to |x| (the shift by the largest logit is exact or one
+        // rounding) is within (3 + 2|x|) ulp in WGSL; the sum of ne terms adds ne u, the
+        // division and the normalization two roundings each, with the kept sum's k u.
+        let tol: Vec<f64> = (0..n * k)
+            .map(|i| {
+                let t = i / k;
+                let row = &logits[t * ne..(t + 1) * ne];
+                let m = row.iter().fold(f32::MIN, |a, &b| a.max(b));
+                let span = row.iter().map(|&v| f64::from(m - v)).fold(0.0, f64::max);
+                let ulps = 2.0 * (3.0 + 2.0 * span) + (ne + k) as f64 + 8.0;
+                ulps * U * f64::from(want_w[i]).abs() + f64::MIN_POSITIVE
+            })
+            .collect();
+        worst.add_all(&got, &want_w, |i| tol[i]);
+    }
+    Ok(worst)
+}
+
+pub(super) fn matvec_experts(
+    ctx: &GpuContext,
+    ks: &mut Kernels,
+    key: KernelKey,
+    ty: WeightFormat,
+) -> Result<Worst> {
+    let mut worst = Worst::new();
+    let (n_expert, k) = (5usize, 2usize);
+    for (case, (rows, cols, grid)) in matrix_cases(ty).into_iter().enumerate() {
+        let n = 3; // tokens
+        let n_pairs = n * k;
+        let data = weights(ty, n_expert * rows, cols, 0x3e3e_1234 ^ case as u64)?;
+        let row_bytes = data.len() / (n_expert * rows);
+        let mut rng = Rng(0x0e1d_5eed ^ (rows * 7 + cols) as u64);
+        // Pair p's expert: spread over the stack (both parts), one expert twice for a token.
+        let ids: Vec<u32> = (0..n_pairs)
+            .map(|p| ((p * 3 + case) % n_expert) as u32)
+            .collect(); // [n_pairs]
+        let wd = oracle(kernels_ref::dequantize_vec(
+            ty.ggml(),
+            &data,
+            n_expert * rows * cols,
+        ))?;
+        // The stack in two bindings, by whole experts (0..2, 2..5), as a large one is split.
+        let split = 2usize;
+        let parts = [
+            (0usize, &data[..split * rows * row_bytes], split),
+            (split, &data[split * rows * row_bytes..], n_expert - split),
+        ];
+        let mut mats = Vec::new();
+        for &(_, bytes, ne) in &parts {
+            mats.push(kernels::upload_matrix(
+                ctx,
+                &repack(ty, bytes, ne * rows, cols)?,
+            )?);
+        }
+        let idb = kernels::upload_u32(ctx, "ids", &ids)?;
+        // Gate and up read each token's input (x_div = k); down reads one input per pair.
+        for x_div in [k, 1] {
+            let x = rng.values(n_pairs / x_div * cols, 2.0); // [n_pairs / x_div, cols]
+            let mut want = vec![0f32; n_pairs * rows]; // [n_pairs, rows]
+            for p in 0..n_pairs {
+                let e = ids[p] as usize;
+                let w = &data[e * rows * row_bytes..(e + 1) * rows * row_bytes];
+                let xr = &x[(p / x_div) * cols..(p / x_div + 1) * cols];
+                oracle(kernels_ref::matvec(
+                    ty.ggml(),
+                    w,
+                    rows,
+                    cols,
+                    xr,
+                    &mut want[p * rows..(p + 1) * rows],
+                ))?;
+            }
+            // As the matvec check: (cols + 2) u sum |w x| for any summation order.
+            let tol: Vec<f64> = (0..n_pairs * rows)
+                .map(|i| {
+                    let (p, r) = (i / rows, i % rows);
+                    let wr = (ids[p] as usize * rows + r) * cols;
+                    let xr = (p / x_div) * cols;
+                    let abs: f64 = (0..cols)
+                        .map(|c| f64::from(wd[wr + c]).abs() * f64::from(x[xr + c]).abs())
+                        .sum();
+                    (cols as f64 + 2.0) * U * abs + f64::MIN_POSITIVE
+                })
+                .collect();
+            let xb = kernels::upload_f32(ctx, "x", &x)?;
+            let yb = poisoned(ctx, "y", &vec![f32::NAN; n_pairs * rows])?;
+            if let Some(g) = grid {
+                ks.max_groups_per_dim = g;
+            }
+            let mut ds = Vec::new();
+            for (m, &(e_lo, _, _)) in mats.iter().zip(&parts) {
+                let launch =
+                    ks.matvec_experts_launch(m, rows, e_lo, &idb, &xb, &yb, n_pairs, x_div)?;
+                ds.push(prepare(ctx, ks, launch, key)?);
+            }
+            kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
+            let got = read_guarded(ctx, &yb, n_pairs * rows, &mut worst)?;
+            worst.add_all(&got, &want, |i| tol[i]);
+        }
+    }
+    Ok(worst)
+}
+
+pub(super) fn moe_combine(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
+    let mut worst = Worst::new();
+    // (tokens, width, used, shared, small grid)
+    for (n, d, k, shared, small) in [
+        (1usize, 96usize, 8usize, false, false),
+        (7, 200, 2, true, false),
+        (33, 64, 4, true, true),
+    ] {
+        let mut rng = Rng(0x0c0b_1e00 ^ (n * 17 + d) as u64);
+        let y = rng.values(n * k * d, 2.0); // [n * k, d]
+        let w: Vec<f32> = (0..n * k).map(|_| rng.uniform() as f32).collect(); // [n, k]
+        let sy = rng.values(n * d, 2.0); // [n, d]
+        let sg = rng.values(n, 3.0); // [n]
+        let mut want = vec![0f32; n * d]; // [n, d]
+        let mut tol = vec![0f64; n * d];
+        for t in 0..n {
+            for c in 0..d {
+                let (mut acc, mut abs) = (0f64, 0f64);
+                for j in 0..k {
+                    let v = f64::from(w[t * k + j]) * f64::from(y[(t * k + j) * d + c]);
+                    acc += v;
+                    abs += v.abs();
+                }
+                // k products and sums in f32: (2k + 1) u of the magnitudes.
+                let mut e = (2 * k + 1) as f64 * U * abs;
+                if shared {
+                    let g = f64::from(sg[t]);
+                    let s = 1.0 / (1.0 + (-g).exp());
+                    let v = s * f64::from(sy[t * d + c]);
+                    acc += v;
+                    // exp within (3 + 2|g|) ulp, then the add, the division, the product
+                    // and the sum: a few more roundings.
+                    e += (2.0 * (3.0 + 2.0 * g.abs()) + 8.0) * U * v.abs();
+                }
+                want[t * d + c] = acc as f32;
+                tol[t * d + c] = e + U * acc.abs() + f64::MIN_POSITIVE;
+            }
+        }
+        let yb = kernels::upload_f32(ctx, "y", &y)?;
+        let wb = kernels::upload_f32(ctx, "weights", &w)?;
+        let syb = kernels::upload_f32(ctx, "shared y", &sy)?;
+        let sgb = kernels::upload_f32(ctx, "shared gate", &sg)?;
+        let ob = poisoned(ctx, "out", &vec![f32::NAN; n * d])?;
+        let sh = shared.then_some((&syb, &sgb));
+        if small {
+            let probe = ks.moe_combine_launch(&yb, &wb, sh, &ob, n, d, k)?;
+            ks.max_groups_per_dim = small_grid(&[probe])?;
+        }
+        let launch = ks.moe_combine_launch(&yb, &wb, sh, &ob, n, d, k)?;
+        let dsp = prepare(ctx, ks, launch, key)?;
+        kernels::run(ctx, &[&dsp])?;
+        let got = read_guarded(ctx, &ob, n * d, &mut worst)?;
+        worst.add_all(&got, &want, |i| tol[i]);
+    }
+    Ok(worst)
+}
