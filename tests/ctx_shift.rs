@@ -189,9 +189,25 @@ fn long_greedy_generation_in_a_small_context_on_the_cpu() {
     // Keep the prompt (llama.cpp's `--keep -1`).
     s.set_keep(Some(prompt.len()));
     let kv0 = s.exec().kv_bytes();
-    let g = greedy(&mut s, &prompt, 2000);
-    assert_eq!(g.stop, StopReason::Limit);
-    assert_eq!(g.generated_ids.len(), 2000);
+    // Where the greedy text reaches an end of generation (it does on some CPU kernel paths,
+    // whose roundings pick other ids), the generation goes on from the prompt's last token,
+    // so 2,000 tokens always pass through the shifts.
+    let (mut generated, mut ends) = (0, 0);
+    let mut feed = prompt.clone();
+    while generated < 2000 {
+        let g = greedy(&mut s, &feed, 2000 - generated);
+        generated += g.generated_ids.len();
+        match g.stop {
+            StopReason::Limit => break,
+            StopReason::Eog => {
+                ends += 1;
+                feed = prompt[prompt.len() - 1..].to_vec();
+            }
+            other => panic!("the generation stopped: {other:?}"),
+        }
+        assert!(ends < 50, "{ends} ends of generation in {generated} tokens");
+    }
+    assert_eq!(generated, 2000);
     assert!(s.tokens().len() <= 256);
     assert_eq!(&s.tokens()[..prompt.len()], &prompt[..]);
     // Each shift drops (256 - keep) / 2 tokens.
