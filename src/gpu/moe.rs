@@ -12,15 +12,9 @@ use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{KernelKey, MatvecExpertsParams, MoeCombineParams, MoeRouteParams, QK};
 
+/// [`crate::gpu::ops`]'s length check, with the element count as these launches count it.
 fn check_len(what: &str, buf: &wgpu::Buffer, n: usize) -> Result<()> {
-    let need = (n as u64).saturating_mul(4);
-    if buf.size() < need {
-        return Err(Error::Gpu(format!(
-            "{what}: buffer of {} bytes, need {n} elements",
-            buf.size()
-        )));
-    }
-    Ok(())
+    crate::gpu::ops::check_len(what, buf, n as u64)
 }
 
 impl Kernels {

@@ -26,7 +26,7 @@ pub struct RopeConfig {
     pub mscale: f32,
 }
 
-fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
+pub(crate) fn check_len(what: &str, buf: &wgpu::Buffer, n_f32: u64) -> Result<()> {
     if buf.size() < n_f32.saturating_mul(4) {
         return Err(Error::Gpu(format!(
             "{what}: buffer of {} bytes, need {n_f32} elements",
