@@ -12,7 +12,7 @@
 use std::io::Write;
 use std::path::Path;
 
-use kernels_ref::GgmlType;
+use kernels_ref::{f16_to_f32, f32_to_f16, GgmlType, QK_K};
 use rayon::prelude::*;
 
 use crate::error::{Error, Result};
@@ -132,17 +132,29 @@ impl Preset {
     }
 }
 
-/// Parses the weight types `synth` writes: `q4_0|q4_1|q8_0|f16`.
+/// Parses the weight types `synth` writes: `q4_0|q4_1|q8_0|q4_k|q6_k|f16`.
 pub fn parse_type(s: &str) -> Result<GgmlType> {
     match s.trim().to_lowercase().as_str() {
         "q4_0" => Ok(GgmlType::Q4_0),
         "q4_1" => Ok(GgmlType::Q4_1),
         "q8_0" => Ok(GgmlType::Q8_0),
+        "q4_k" => Ok(GgmlType::Q4_K),
+        "q6_k" => Ok(GgmlType::Q6_K),
         "f16" => Ok(GgmlType::F16),
         other => Err(Error::InvalidArgument(format!(
-            "weight type {other:?} is not one synth writes (q4_0, q4_1, q8_0, f16)"
+            "weight type {other:?} is not one synth writes (q4_0, q4_1, q8_0, q4_k, q6_k, \
+             q4_k_m, f16)"
         ))),
     }
+}
+
+/// Parses `synth --type`: a type of [`parse_type`], or `q4_k_m` (llama.cpp's Q4_K_M mix:
+/// Q4_K with Q6_K where that mix spends more bits). Returns (type, Q4_K_M mix).
+pub fn parse_weights(s: &str) -> Result<(GgmlType, bool)> {
+    if s.trim().eq_ignore_ascii_case("q4_k_m") {
+        return Ok((GgmlType::Q4_K, true));
+    }
+    Ok((parse_type(s)?, false))
 }
 
 /// What to write.
@@ -156,6 +168,11 @@ pub struct SynthOptions {
     /// scaled by (1 + e)^-skew, so the low experts' logits spread wider and win the top-k
     /// more often (0: every expert alike, as random weights route).
     pub router_skew: f32,
+    /// llama.cpp's Q4_K_M mix (with `ty` Q4_K): the output head Q6_K, and the attention
+    /// value and feed-forward down projections Q6_K in the layers where that mix spends
+    /// more bits (the first and last eighth, every third between), so a synthetic model
+    /// moves the bytes per token a downloaded Q4_K_M file does.
+    pub q4_k_m: bool,
 }
 
 impl SynthOptions {
@@ -170,6 +187,7 @@ impl SynthOptions {
             ty,
             seed,
             router_skew: 0.0,
+            q4_k_m: false,
         }
     }
 }
@@ -228,6 +246,9 @@ fn check(o: &SynthOptions) -> Result<()> {
     if !s.n_embd.is_multiple_of(blk) || !ff.is_multiple_of(blk) {
         return bad(format!("widths of {s:?} are not whole {} blocks", o.ty));
     }
+    if o.q4_k_m && o.ty != GgmlType::Q4_K {
+        return bad(format!("the Q4_K_M mix is Q4_K based, not {}", o.ty));
+    }
     if !(o.router_skew.is_finite() && o.router_skew >= 0.0) {
         return bad(format!("router skew {} must be 0 or more", o.router_skew));
     }
@@ -265,28 +286,42 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
         kind: Fill::Norm,
     };
     let norm = |name: String| norm_of(name, s.n_embd);
+    // llama.cpp's use_more_bits(layer, n_layer) for the Q4_K_M mix.
+    let n = s.n_layer;
+    let more_bits = |l: usize| {
+        o.q4_k_m && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2)
+    };
+    let q6 = |sp: Spec| Spec {
+        ty: GgmlType::Q6_K,
+        ..sp
+    };
+    let embd = Spec {
+        kind: Fill::Matrix { scale: 1.0 },
+        ..mat("token_embd.weight".into(), s.n_vocab, s.n_embd)
+    };
     let mut v = vec![
-        Spec {
-            kind: Fill::Matrix { scale: 1.0 },
-            ..mat("token_embd.weight".into(), s.n_vocab, s.n_embd)
-        },
+        // A tied embedding is the output head too: the mix gives it the head's Q6_K.
+        if s.tied && o.q4_k_m { q6(embd) } else { embd },
         norm("output_norm.weight".into()),
     ];
     if !s.tied {
-        v.push(mat("output.weight".into(), s.n_vocab, s.n_embd));
+        let head = mat("output.weight".into(), s.n_vocab, s.n_embd);
+        v.push(if o.q4_k_m { q6(head) } else { head });
     }
     for l in 0..s.n_layer {
         let p = |t: &str| format!("blk.{l}.{t}");
         v.push(norm(p("attn_norm.weight")));
         v.push(mat(p("attn_q.weight"), q, s.n_embd));
         v.push(mat(p("attn_k.weight"), kv, s.n_embd));
-        v.push(mat(p("attn_v.weight"), kv, s.n_embd));
+        let attn_v = mat(p("attn_v.weight"), kv, s.n_embd);
+        v.push(if more_bits(l) { q6(attn_v) } else { attn_v });
         v.push(mat(p("attn_output.weight"), s.n_embd, q));
         v.push(norm(p("ffn_norm.weight")));
         let Some(m) = s.moe else {
             v.push(mat(p("ffn_gate.weight"), s.n_ff, s.n_embd));
             v.push(mat(p("ffn_up.weight"), s.n_ff, s.n_embd));
-            v.push(mat(p("ffn_down.weight"), s.n_embd, s.n_ff));
+            let down = mat(p("ffn_down.weight"), s.n_embd, s.n_ff);
+            v.push(if more_bits(l) { q6(down) } else { down });
             continue;
         };
         v.push(norm_of(p("attn_q_norm.weight"), head_dim));
@@ -308,7 +343,8 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
         };
         v.push(stack(p("ffn_gate_exps.weight"), m.n_ff_exp, s.n_embd));
         v.push(stack(p("ffn_up_exps.weight"), m.n_ff_exp, s.n_embd));
-        v.push(stack(p("ffn_down_exps.weight"), s.n_embd, m.n_ff_exp));
+        let down = stack(p("ffn_down_exps.weight"), s.n_embd, m.n_ff_exp);
+        v.push(if more_bits(l) { q6(down) } else { down });
     }
     v
 }
@@ -453,10 +489,14 @@ fn tensor_data(spec: &Spec, index: usize, seed: u64) -> Result<Vec<u8>> {
                     }
                 })
                 .collect();
-            kernels_ref::quantize(spec.ty, &x).map_err(|e| Error::Tensor {
-                name: spec.name.clone(),
-                msg: e.to_string(),
-            })
+            match spec.ty {
+                GgmlType::Q4_K => Ok(quant_q4_k(&x)),
+                GgmlType::Q6_K => Ok(quant_q6_k(&x)),
+                ty => kernels_ref::quantize(ty, &x).map_err(|e| Error::Tensor {
+                    name: spec.name.clone(),
+                    msg: e.to_string(),
+                }),
+            }
         })
         .collect();
     let mut out = Vec::with_capacity(spec.n_bytes()? as usize);
@@ -464,6 +504,123 @@ fn tensor_data(spec: &Spec, index: usize, seed: u64) -> Result<Vec<u8>> {
         out.extend_from_slice(&c?);
     }
     Ok(out)
+}
+
+/// Q4_K blocks of `x` (a whole number of 256-element blocks) by each 32-element
+/// sub-block's min and max: a plain quantizer, not ggml's iterative search (which only
+/// lowers the error a little); the layout is ggml's `block_q4_K`.
+fn quant_q4_k(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / QK_K * 144);
+    for b in x.chunks_exact(QK_K) {
+        // Per sub-block: scale (step of its 4-bit codes) and min (subtracted, >= 0).
+        let mut scale = [0f32; 8];
+        let mut min = [0f32; 8];
+        for (j, sb) in b.chunks_exact(32).enumerate() {
+            let lo = sb.iter().fold(0f32, |a, &v| a.min(v));
+            let hi = sb.iter().fold(f32::MIN, |a, &v| a.max(v));
+            scale[j] = (hi - lo) / 15.0;
+            min[j] = -lo;
+        }
+        let d = scale.iter().fold(0f32, |a, &v| a.max(v)) / 63.0;
+        let dmin = min.iter().fold(0f32, |a, &v| a.max(v)) / 63.0;
+        // Round d and dmin to f16 first, so the 6-bit codes fit what the decoder sees.
+        let (dh, dminh) = (f32_to_f16(d), f32_to_f16(dmin));
+        let (d, dmin) = (f16_to_f32(dh), f16_to_f32(dminh));
+        let code = |v: f32, step: f32| {
+            if step > 0.0 {
+                (v / step).round().clamp(0.0, 63.0) as u8
+            } else {
+                0
+            }
+        };
+        let sc: Vec<u8> = scale.iter().map(|&v| code(v, d)).collect();
+        let m: Vec<u8> = min.iter().map(|&v| code(v, dmin)).collect();
+        // ggml's 12-byte packing of eight 6-bit scales and mins (get_scale_min_k4).
+        let mut packed = [0u8; 12];
+        for j in 0..4 {
+            packed[j] = sc[j] | ((sc[j + 4] >> 4) << 6);
+            packed[j + 4] = m[j] | ((m[j + 4] >> 4) << 6);
+            packed[j + 8] = (sc[j + 4] & 15) | ((m[j + 4] & 15) << 4);
+        }
+        let mut q = [0u8; QK_K];
+        for (j, sb) in b.chunks_exact(32).enumerate() {
+            let step = d * f32::from(sc[j]);
+            let off = dmin * f32::from(m[j]);
+            for (l, &v) in sb.iter().enumerate() {
+                q[32 * j + l] = if step > 0.0 {
+                    ((v + off) / step).round().clamp(0.0, 15.0) as u8
+                } else {
+                    0
+                };
+            }
+        }
+        out.extend_from_slice(&dh.to_le_bytes());
+        out.extend_from_slice(&dminh.to_le_bytes());
+        out.extend_from_slice(&packed);
+        // Each 64 values: byte l holds sub-block 2k's value l low, 2k+1's high.
+        for k in 0..4 {
+            for l in 0..32 {
+                out.push(q[64 * k + l] | (q[64 * k + 32 + l] << 4));
+            }
+        }
+    }
+    out
+}
+
+/// Q6_K blocks of `x` by each 16-element sub-block's largest magnitude; the layout is
+/// ggml's `block_q6_K` (low nibbles, high bit pairs, int8 scales, f16 d).
+fn quant_q6_k(x: &[f32]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(x.len() / QK_K * 210);
+    for b in x.chunks_exact(QK_K) {
+        let mut scale = [0f32; 16];
+        for (j, sb) in b.chunks_exact(16).enumerate() {
+            scale[j] = sb.iter().fold(0f32, |a, &v| a.max(v.abs())) / 31.0;
+        }
+        let d = scale.iter().fold(0f32, |a, &v| a.max(v)) / 127.0;
+        let dh = f32_to_f16(d);
+        let d = f16_to_f32(dh);
+        let sc: Vec<i8> = scale
+            .iter()
+            .map(|&v| {
+                if d > 0.0 {
+                    (v / d).round().clamp(0.0, 127.0) as i8
+                } else {
+                    0
+                }
+            })
+            .collect();
+        // 6-bit codes, value + 32.
+        let mut q = [0u8; QK_K];
+        for (i, &v) in b.iter().enumerate() {
+            let step = d * f32::from(sc[i / 16]);
+            let c = if step > 0.0 {
+                (v / step).round().clamp(-32.0, 31.0)
+            } else {
+                0.0
+            };
+            q[i] = (c + 32.0) as u8;
+        }
+        let mut ql = [0u8; QK_K / 2];
+        let mut qh = [0u8; QK_K / 4];
+        // Each 128 values: ql[l] = (l, l + 64) low nibbles, ql[l + 32] = (l + 32, l + 96);
+        // qh[l] their high bit pairs in the order l, l + 32, l + 64, l + 96.
+        for h in 0..2 {
+            let (qv, ql, qh) = (&q[128 * h..], &mut ql[64 * h..], &mut qh[32 * h..]);
+            for l in 0..32 {
+                ql[l] = (qv[l] & 15) | ((qv[l + 64] & 15) << 4);
+                ql[l + 32] = (qv[l + 32] & 15) | ((qv[l + 96] & 15) << 4);
+                qh[l] = (qv[l] >> 4)
+                    | ((qv[l + 32] >> 4) << 2)
+                    | ((qv[l + 64] >> 4) << 4)
+                    | ((qv[l + 96] >> 4) << 6);
+            }
+        }
+        out.extend_from_slice(&ql);
+        out.extend_from_slice(&qh);
+        out.extend(sc.iter().map(|&v| v as u8));
+        out.extend_from_slice(&dh.to_le_bytes());
+    }
+    out
 }
 
 /// The whole model in memory (for small shapes and tests; `write_synth` streams).
@@ -546,7 +703,11 @@ pub fn write_synth(
     f.flush().map_err(io)?;
     Ok(SynthReport {
         shape: o.shape,
-        ty: o.ty.name().to_lowercase(),
+        ty: if o.q4_k_m {
+            "q4_k_m".into()
+        } else {
+            o.ty.name().to_lowercase()
+        },
         n_params,
         file_bytes: total,
     })
@@ -572,7 +733,71 @@ mod tests {
                 check(&o).unwrap();
             }
         }
+        // K-quant blocks are 256 wide: the presets past the tiny ones.
+        for p in [Preset::B1, Preset::B7, Preset::B35, Preset::Moe30bA3b] {
+            for ty in ["q4_k", "q6_k", "q4_k_m"] {
+                let (t, mix) = parse_weights(ty).unwrap();
+                let o = SynthOptions {
+                    q4_k_m: mix,
+                    ..SynthOptions::new(p, Some(1), t, 1)
+                };
+                check(&o).unwrap();
+            }
+        }
         assert!(Preset::parse("13b").is_err() && parse_type("q5_k").is_err());
+        assert!(parse_type("q4_k_m").is_err() && parse_weights("Q4_K_M").unwrap().1);
+    }
+
+    #[test]
+    fn k_quant_blocks_decode_close_to_their_values() {
+        // Values with a negative offset and a zero run, as weight rows have.
+        let mut st = 7u64;
+        let x: Vec<f32> = (0..4 * QK_K)
+            .map(|i| {
+                if i % 97 < 20 {
+                    0.0
+                } else {
+                    0.03 * uniform(&mut st) - 0.004
+                }
+            })
+            .collect();
+        for (ty, bytes, tol) in [
+            (GgmlType::Q4_K, quant_q4_k(&x), 0.0045),
+            (GgmlType::Q6_K, quant_q6_k(&x), 0.0012),
+        ] {
+            assert_eq!(Some(bytes.len() as u64), ty.row_bytes(x.len() as u64));
+            let y = kernels_ref::dequantize_vec(ty, &bytes, x.len()).unwrap();
+            let worst = x
+                .iter()
+                .zip(&y)
+                .fold(0f32, |a, (p, q)| a.max((p - q).abs()));
+            assert!(worst < tol, "{ty}: worst error {worst}");
+            // A coarser quantizer of this range would miss by a full step somewhere.
+            assert!(worst > 0.0);
+        }
+    }
+
+    #[test]
+    fn q4_k_m_mix_puts_q6_k_where_llama_cpp_does() {
+        let o = SynthOptions {
+            q4_k_m: true,
+            ..SynthOptions::new(Preset::B7, Some(32), GgmlType::Q4_K, 1)
+        };
+        let sp = specs(&o);
+        let ty = |n: &str| sp.iter().find(|s| s.name == n).unwrap().ty;
+        assert_eq!(ty("output.weight"), GgmlType::Q6_K);
+        assert_eq!(ty("token_embd.weight"), GgmlType::Q4_K);
+        // n = 32: layers 0..4 and 28..32, then 4 + 2, 4 + 5, ...
+        let six: Vec<usize> = (0..32)
+            .filter(|l| ty(&format!("blk.{l}.ffn_down.weight")) == GgmlType::Q6_K)
+            .collect();
+        assert_eq!(
+            six,
+            [0, 1, 2, 3, 6, 9, 12, 15, 18, 21, 24, 27, 28, 29, 30, 31]
+        );
+        assert_eq!(ty("blk.6.attn_v.weight"), GgmlType::Q6_K);
+        assert_eq!(ty("blk.5.attn_q.weight"), GgmlType::Q4_K);
+        assert_eq!(ty("blk.5.attn_v.weight"), GgmlType::Q4_K);
     }
 
     #[test]

@@ -69,7 +69,10 @@ pub(crate) struct SynthArgs {
     /// Layers [default: 2].
     #[arg(long)]
     layers: Option<usize>,
-    /// Weight type of every matrix: q4_0, q4_1, q8_0, f16.
+    /// Weight type of every matrix: q4_0, q4_1, q8_0, q4_k, q6_k, f16; or q4_k_m,
+    /// llama.cpp's Q4_K_M mix (Q4_K, with Q6_K for the output head and for the attention
+    /// value and down projections of an eighth of the layers at each end and every third
+    /// between).
     #[arg(long = "type", default_value = "q4_0")]
     ty: String,
     /// Seed of the random weights.
@@ -388,14 +391,11 @@ pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
 
 pub(crate) fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {
     use memwall::bench::synth;
+    let (ty, q4_k_m) = synth::parse_weights(&a.ty)?;
     let opts = synth::SynthOptions {
         router_skew: a.router_skew,
-        ..synth::SynthOptions::new(
-            synth::Preset::parse(&a.preset)?,
-            a.layers,
-            synth::parse_type(&a.ty)?,
-            a.seed,
-        )
+        q4_k_m,
+        ..synth::SynthOptions::new(synth::Preset::parse(&a.preset)?, a.layers, ty, a.seed)
     };
     let tty = std::io::stderr().is_terminal();
     let r = synth::write_synth(&a.output, &opts, &mut |done, total| {
