@@ -154,7 +154,14 @@ fn all_lists_every_variant_once() {
             });
         }
         // The integer path exists exactly for the formats the CPU multiplies in integers.
-        for ty in [WeightFormat::Q4_0, WeightFormat::Q4_1, WeightFormat::Q8_0] {
+        let integer = [
+            WeightFormat::Q4_0,
+            WeightFormat::Q4_1,
+            WeightFormat::Q8_0,
+            WeightFormat::Q4_K,
+            WeightFormat::Q6_K,
+        ];
+        for ty in integer {
             want.insert(KernelKey::MatvecQ8 { ty, subgroup });
             if !subgroup {
                 want.insert(KernelKey::MatvecQ8Rows { ty });

@@ -4,7 +4,8 @@
 //   fn dq_block(row, blk, cols) -> array<vec4<f32>, 8>
 //                                      the 32 weights of block `blk` of `row`, in column order;
 //                                      columns >= cols read as 0
-// and, for the formats with an integer path (q4_0, q4_1, q8_0; composed after chunk.wgsl):
+// and, for the formats with an integer path (q4_0, q4_1, q8_0, q4_k, q6_k; composed after
+// chunk.wgsl):
 //   fn dq_chunk(row, chunk, cols) -> QChunk
 //                                      chunk `chunk` (32 columns) of `row` in the integer
 //                                      chunk model of src/cpu/formats.rs

@@ -48,3 +48,32 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     }
     return out;
 }
+
+// Integer path (shaders/quant/chunk.wgsl): chunk j of a super-block is sub-block j, so
+// u = its 4-bit codes, mul = sc_j for both halves, dw = d, c = -dmin * m_j
+// (src/cpu/formats.rs Q4_K). Masking the shifted code words keeps each nibble in its byte.
+fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
+    let g = row * (cols / QK_K) + chunk / 8u;
+    let j = chunk % 8u;
+    let dm = unpack2x16float(ws[g * 4u]);
+    var sc: u32;
+    var m: u32;
+    if (j < 4u) {
+        sc = q4k_scale_byte(g, j) & 63u;
+        m = q4k_scale_byte(g, j + 4u) & 63u;
+    } else {
+        let hi = q4k_scale_byte(g, j + 4u);
+        sc = (hi & 0xFu) | ((q4k_scale_byte(g, j - 4u) >> 6u) << 4u);
+        m = (hi >> 4u) | ((q4k_scale_byte(g, j) >> 6u) << 4u);
+    }
+    let base = g * 32u + (j / 2u) * 8u;
+    let shift = 4u * (j % 2u);
+    var ch: QChunk;
+    for (var k = 0u; k < 8u; k++) {
+        ch.u[k] = (wq[base + k] >> shift) & 0x0F0F0F0Fu;
+    }
+    ch.mul = vec2<i32>(i32(sc));
+    ch.dw = dm.x;
+    ch.c = vec2<f32>(-dm.y * f32(m));
+    return ch;
+}

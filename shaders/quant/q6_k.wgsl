@@ -47,3 +47,32 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     }
     return out;
 }
+
+// Integer path (shaders/quant/chunk.wgsl): u = the 6-bit codes (0..63), mul = the two
+// 16-column sub-blocks' signed scales, dw = d, c = -32 d sc per half (src/cpu/formats.rs Q6_K).
+fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
+    let g = row * (cols / QK_K) + chunk / 8u;
+    let j = chunk % 8u;
+    let pair = (g / 2u) * 9u;
+    let d = unpack2x16float(ws[pair + 8u])[g & 1u];
+    let sw = bitcast<i32>(ws[pair + (g & 1u) * 4u + j / 2u]);
+    let b = 16u * (j % 2u);
+    let sc0 = (sw << (24u - b)) >> 24u;
+    let sc1 = (sw << (16u - b)) >> 24u;
+    let half = j / 4u;
+    let jj = j % 4u;
+    let ql = g * 48u + half * 16u + (jj % 2u) * 8u;
+    let qh = g * 48u + 32u + half * 8u;
+    let lo_shift = 4u * (jj / 2u);
+    let hi_shift = 2u * jj;
+    var ch: QChunk;
+    for (var k = 0u; k < 8u; k++) {
+        let lo = (wq[ql + k] >> lo_shift) & 0x0F0F0F0Fu;
+        let hi = (wq[qh + k] >> hi_shift) & 0x03030303u;
+        ch.u[k] = lo | (hi << 4u);
+    }
+    ch.mul = vec2<i32>(sc0, sc1);
+    ch.dw = d;
+    ch.c = vec2<f32>(-32.0 * d * f32(sc0), -32.0 * d * f32(sc1));
+    return ch;
+}

@@ -288,9 +288,7 @@ fn specs(o: &SynthOptions) -> Vec<Spec> {
     let norm = |name: String| norm_of(name, s.n_embd);
     // llama.cpp's use_more_bits(layer, n_layer) for the Q4_K_M mix.
     let n = s.n_layer;
-    let more_bits = |l: usize| {
-        o.q4_k_m && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2)
-    };
+    let more_bits = |l: usize| o.q4_k_m && (l < n / 8 || l >= 7 * n / 8 || (l - n / 8) % 3 == 2);
     let q6 = |sp: Spec| Spec {
         ty: GgmlType::Q6_K,
         ..sp

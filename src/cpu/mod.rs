@@ -16,7 +16,7 @@ mod attention;
 mod avx2;
 #[cfg(target_arch = "x86_64")]
 mod avx2_float;
-mod formats;
+pub(crate) mod formats;
 mod gemm;
 pub use gemm::PackedWeight;
 #[cfg(target_arch = "x86_64")]

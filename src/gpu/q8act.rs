@@ -41,8 +41,8 @@ const MATMUL_Q8_ROWS_PER_INVOCATION: u32 = 4;
 /// (fewer would compute the tile's surplus slots for nothing).
 pub const MATMUL_Q8_ROWS_MIN_TOKENS: usize = 8;
 
-/// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0); float weights keep the
-/// f32 matvec, as on the CPU.
+/// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K); float
+/// weights keep the f32 matvec, as on the CPU.
 pub fn q8_supported(ty: WeightFormat) -> bool {
     ty.has_q8_path()
 }

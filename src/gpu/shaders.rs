@@ -19,8 +19,6 @@ pub use crate::gpu::params::*;
 
 const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
 const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
-const QUANT_Q4_K: &str = include_str!("../../shaders/quant/q4_k.wgsl");
-const QUANT_Q6_K: &str = include_str!("../../shaders/quant/q6_k.wgsl");
 // The formats with an integer path carry the shared `struct QChunk` (quant/chunk.wgsl) ahead of
 // their fragment, since their `dq_chunk` names it: every module that includes them stays valid.
 const QUANT_Q4_0: &str = concat!(
@@ -37,6 +35,16 @@ const QUANT_Q8_0: &str = concat!(
     include_str!("../../shaders/quant/chunk.wgsl"),
     "\n",
     include_str!("../../shaders/quant/q8_0.wgsl")
+);
+const QUANT_Q4_K: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q4_k.wgsl")
+);
+const QUANT_Q6_K: &str = concat!(
+    include_str!("../../shaders/quant/chunk.wgsl"),
+    "\n",
+    include_str!("../../shaders/quant/q6_k.wgsl")
 );
 const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
 const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
@@ -161,7 +169,11 @@ impl WeightFormat {
     pub fn has_q8_path(self) -> bool {
         matches!(
             self,
-            WeightFormat::Q4_0 | WeightFormat::Q4_1 | WeightFormat::Q8_0
+            WeightFormat::Q4_0
+                | WeightFormat::Q4_1
+                | WeightFormat::Q8_0
+                | WeightFormat::Q4_K
+                | WeightFormat::Q6_K
         )
     }
 

@@ -62,8 +62,9 @@ pub(super) fn quantize_act(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -
     Ok(worst)
 }
 
-/// The offset coefficient |c| of block g (the per-half constant of the CPU's chunk model):
-/// 8 d for Q4_0, |m| for Q4_1, 0 for Q8_0.
+/// The offset coefficient |c| of 32-column chunk g (the per-half constant of the CPU's chunk
+/// model, the larger half's where they differ): 8 d for Q4_0, |m| for Q4_1, 0 for Q8_0,
+/// dmin m_j for Q4_K, 32 d |sc| for Q6_K.
 pub(crate) fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
     let half = |at: usize| {
         data.get(at..at + 2).map_or(f64::INFINITY, |b| {
@@ -73,6 +74,20 @@ pub(crate) fn block_offset(ty: WeightFormat, data: &[u8], g: usize) -> f64 {
     match ty {
         WeightFormat::Q4_0 => 8.0 * half(g * 18),
         WeightFormat::Q4_1 => half(g * 20 + 2),
+        WeightFormat::Q4_K => {
+            let (b, j) = (g / 8 * 144, g % 8);
+            data.get(b + 4..b + 16).map_or(f64::INFINITY, |s| {
+                half(b + 2) * f64::from(crate::cpu::formats::k4_scales(s).1[j])
+            })
+        }
+        WeightFormat::Q6_K => {
+            let (b, j) = (g / 8 * 210, g % 8);
+            data.get(b + 192 + 2 * j..b + 194 + 2 * j)
+                .map_or(f64::INFINITY, |s| {
+                    let sc = (s[0] as i8).unsigned_abs().max((s[1] as i8).unsigned_abs());
+                    32.0 * half(b + 208) * f64::from(sc)
+                })
+        }
         _ => 0.0,
     }
 }
@@ -96,14 +111,21 @@ pub(super) fn matvec_q8(
     // The prefill matmul takes 8 tokens and more, in tiles of 8 (11: a full and a partial
     // tile) and 4 rows per invocation (its small-grid case needs 3 workgroups of 4 * WG rows).
     let prefill = matches!(key, KernelKey::MatmulQ8Rows { .. });
+    // The K-quants' rows are whole 256-column super-blocks: 8 and 136 chunks (an odd number
+    // of super-blocks, so Q6_K's last scale pair is half empty), then one super-block.
+    let (c0, c1, c2) = if ty.ggml().block_size() == 256 {
+        (256, 4352, 256)
+    } else {
+        (96, 4128, 64)
+    };
     let cases: [(usize, usize, bool, usize); 3] = if prefill {
         [
-            (37, 96, false, 11),
-            (3, 4128, false, 11),
-            (1100, 64, true, 11),
+            (37, c0, false, 11),
+            (3, c1, false, 11),
+            (1100, c2, true, 11),
         ]
     } else {
-        [(37, 96, false, 5), (3, 4128, false, 1), (777, 64, true, 1)]
+        [(37, c0, false, 5), (3, c1, false, 1), (777, c2, true, 1)]
     };
     for (rows, cols, small, n) in cases {
         let data = weights(ty, rows, cols, 0x0a11_ce55)?;
