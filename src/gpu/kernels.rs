@@ -24,6 +24,19 @@ pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
 /// Matrix rows per matvec workgroup (`override ROWS`).
 pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 2;
 
+/// Rows per workgroup of the integer matvec (`override ROWS` of `shaders/matvec_q8.wgsl` and
+/// `shaders/matvec_q8_sg.wgsl`) on `ctx`: with subgroups, as many as the workgroup has
+/// subgroups of the adapter's smallest size (the subgroup variant gives each its own rows);
+/// else [`MATVEC_ROWS_PER_WORKGROUP`]. Both variants take the same value on one adapter, so
+/// either can stand in for the other (`variants::fallbacks`) under the same launch grid.
+pub fn matvec_q8_rows_per_group(ctx: &GpuContext, workgroup_size: u32) -> u32 {
+    if ctx.has_subgroups() {
+        (workgroup_size / ctx.info.subgroup_min_size.max(1)).max(1)
+    } else {
+        MATVEC_ROWS_PER_WORKGROUP
+    }
+}
+
 /// A compiled kernel: its pipeline and the explicit layout of its bind group 0.
 #[derive(Clone)]
 pub struct Pipeline {
@@ -74,6 +87,8 @@ pub struct Kernels {
     /// Most workgroups per dispatch dimension: the device limit. Tests lower it to exercise
     /// the 2-D dispatch that very tall matrices (large vocabularies) need.
     pub max_groups_per_dim: u32,
+    /// Rows per workgroup of the integer matvec ([`matvec_q8_rows_per_group`]).
+    pub q8_rows_per_group: u32,
     /// Matvec launches use `MatvecRows` (one invocation per row, no barriers) instead of the
     /// workgroup-reduction `Matvec`: chosen for CPU-like adapters (lavapipe runs a 64-wide
     /// workgroup as 8 SIMD passes and pays dearly for every barrier; see
@@ -452,6 +467,7 @@ impl Kernels {
             f16,
             workgroup_size,
             max_groups_per_dim: ctx.limits.max_compute_workgroups_per_dimension,
+            q8_rows_per_group: matvec_q8_rows_per_group(ctx, workgroup_size),
             matvec_rows: facts.matvec_rows(),
             attention_lanes: facts.attention_lanes(subgroup),
             row_balance: facts.row_balance(),

@@ -7,7 +7,7 @@ use std::borrow::Cow;
 use crate::error::{Error, Result};
 use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
-use crate::gpu::kernels::{Pipeline, MATVEC_ROWS_PER_WORKGROUP};
+use crate::gpu::kernels::{matvec_q8_rows_per_group, Pipeline, MATVEC_ROWS_PER_WORKGROUP};
 use crate::gpu::shaders::KernelKey;
 
 /// The bind group 0 layout of a composed kernel, reflected from its WGSL with naga: each
@@ -64,11 +64,15 @@ pub fn reflect_bindings(label: &str, src: &str) -> Result<Vec<wgpu::BindGroupLay
 pub(crate) fn compile(ctx: &GpuContext, key: KernelKey, workgroup_size: u32) -> Result<Pipeline> {
     let label = key.label();
     let mut constants = vec![("WG", f64::from(workgroup_size))];
+    if matches!(key, KernelKey::Matvec { .. }) {
+        constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
+    }
     if matches!(
         key,
-        KernelKey::Matvec { .. } | KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Out { .. }
+        KernelKey::MatvecQ8 { .. } | KernelKey::MatvecQ8Out { .. }
     ) {
-        constants.push(("ROWS", f64::from(MATVEC_ROWS_PER_WORKGROUP)));
+        let rows = matvec_q8_rows_per_group(ctx, workgroup_size);
+        constants.push(("ROWS", f64::from(rows)));
     }
     let src = key.source();
     let entries = reflect_bindings(&label, &src)?;

@@ -10,7 +10,7 @@
 //!   all 32) per chunk.
 
 use crate::error::{Error, Result};
-use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch, MATVEC_ROWS_PER_WORKGROUP};
+use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
@@ -262,7 +262,7 @@ impl Kernels {
         } else if self.matvec_rows {
             self.workgroup_size * rows_per_inv
         } else {
-            MATVEC_ROWS_PER_WORKGROUP
+            self.q8_rows_per_group
         };
         let row_groups = rows.div_ceil(per_group);
         let n_t = to_u32(n_tokens, "n_tokens")?;

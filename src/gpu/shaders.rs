@@ -56,6 +56,8 @@ const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+// The subgroup variant of MATVEC_Q8: one subgroup per row (no reduce fragment).
+const MATVEC_Q8_SG: &str = include_str!("../../shaders/matvec_q8_sg.wgsl");
 // Head shared by the two row-layout integer kernels (parameters and activation bindings).
 const Q8_ROWS_HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
@@ -310,7 +312,8 @@ pub enum KernelKey {
     /// `shaders/quantize_act.wgsl`: f32 activations to int8 chunks of 32 (no reduction).
     QuantizeAct,
     /// `shaders/matvec_q8.wgsl` over weights in `ty` (one with `WeightFormat::has_q8_path`)
-    /// and int8 activations; `subgroup` picks `subgroupAdd` reduction.
+    /// and int8 activations, each row summed over the workgroup; `subgroup`:
+    /// `shaders/matvec_q8_sg.wgsl`, the same contract with each row summed by one subgroup.
     MatvecQ8 { ty: WeightFormat, subgroup: bool },
     /// `shaders/matvec_q8_rows.wgsl`: `MatvecQ8` with one invocation per row, no reduction or
     /// barrier (for CPU-like adapters, as `MatvecRows`).
@@ -677,14 +680,22 @@ impl KernelKey {
             }
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
-            KernelKey::MatvecQ8 { ty, .. } => {
-                vec![reduce, ty.fragment(), MATVEC_Q8, Q8_OUT_STORE]
+            KernelKey::MatvecQ8 { ty, subgroup } => {
+                if subgroup {
+                    vec![ty.fragment(), MATVEC_Q8_SG, Q8_OUT_STORE]
+                } else {
+                    vec![reduce, ty.fragment(), MATVEC_Q8, Q8_OUT_STORE]
+                }
             }
             KernelKey::MatvecQ8Rows { ty } => {
                 vec![ty.fragment(), Q8_ROWS_HEADER, MATVEC_Q8_ROWS, Q8_OUT_STORE]
             }
-            KernelKey::MatvecQ8Out { ty, out, .. } => {
-                vec![reduce, ty.fragment(), MATVEC_Q8, out.fragment()]
+            KernelKey::MatvecQ8Out { ty, out, subgroup } => {
+                if subgroup {
+                    vec![ty.fragment(), MATVEC_Q8_SG, out.fragment()]
+                } else {
+                    vec![reduce, ty.fragment(), MATVEC_Q8, out.fragment()]
+                }
             }
             KernelKey::MatvecQ8RowsOut { ty, out } => {
                 vec![

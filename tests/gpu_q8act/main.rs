@@ -321,7 +321,8 @@ fn matvec_q8_matches_the_cpu_on_random_weights() {
                 &ctx, &ks, ty, &data, rows, cols, &x, n_tokens, &wants,
             ));
         }
-        // 37 rows x 3 tokens = 57 workgroups of 2 rows on an 8 x 8 grid (7 surplus).
+        // 37 rows x 3 tokens on a grid 8 workgroups wide: 57 workgroups of 2 rows (7 surplus
+        // on the last line), or 15 of 8 rows (1 surplus) where the adapter has subgroups of 8.
         let (rows, cols, n_tokens) = (37, 64, 3);
         let mut rng = Rng(0x5151);
         let data = kernels_ref::quantize(ty.ggml(), &rng.values(rows * cols, 2.0)).unwrap();
