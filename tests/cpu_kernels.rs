@@ -531,6 +531,52 @@ fn matmul_many_equals_separate_matmuls() {
     }
 }
 
+/// `matmul_each` (each weight over its own one-token input, one parallel region) gives the
+/// very values of one one-token `matmul` per weight: the routed experts' down projections of
+/// a token, with mixed formats and a float weight (per-weight fallback), small and large.
+#[test]
+fn matmul_each_equals_separate_one_token_matmuls() {
+    let sets: [&[(GgmlType, usize)]; 3] = [
+        &[(GgmlType::Q4_1, 576), (GgmlType::Q4_1, 576)],
+        &[
+            (GgmlType::Q8_0, 37),
+            (GgmlType::Q6_K, 70),
+            (GgmlType::Q4_K, 5),
+            (GgmlType::Q4_0, 1000),
+        ],
+        &[(GgmlType::Q4_0, 300), (GgmlType::F16, 40)],
+    ];
+    for isa in isas() {
+        for (si, set) in sets.iter().enumerate() {
+            let cols = 512;
+            let mut rng = Rng::new(400 + si as u64);
+            let data: Vec<Vec<u8>> = set
+                .iter()
+                .map(|&(ty, rows)| random_weights(&mut rng, ty, rows, cols))
+                .collect();
+            let ws: Vec<WeightView> = set
+                .iter()
+                .zip(&data)
+                .map(|(&(ty, rows), d)| WeightView::new(ty, d, rows, cols).unwrap())
+                .collect();
+            let x = rng.activations(ws.len() * cols); // [ws.len(), cols]
+            let mut scratch = MatmulScratch::default();
+            let mut each: Vec<Vec<f32>> = set.iter().map(|&(_, r)| vec![f32::NAN; r]).collect();
+            let mut outs: Vec<&mut [f32]> = each.iter_mut().map(|v| &mut v[..]).collect();
+            cpu::matmul_each_with(isa, &ws, &x, &mut outs, &mut scratch).unwrap();
+            for (i, (w, got)) in ws.iter().zip(&each).enumerate() {
+                let mut want = vec![f32::NAN; w.rows];
+                let xi = &x[i * cols..(i + 1) * cols];
+                cpu::matmul_with(isa, w, xi, 1, &mut want, &mut scratch).unwrap();
+                assert_eq!(got, &want, "{isa:?} set {si} weight {i} {}", w.ty);
+            }
+            // An input count that does not match the weights is an error, not a panic.
+            let mut outs: Vec<&mut [f32]> = each.iter_mut().map(|v| &mut v[..]).collect();
+            assert!(cpu::matmul_each_with(isa, &ws, &x[cols..], &mut outs, &mut scratch).is_err());
+        }
+    }
+}
+
 #[test]
 fn bad_arguments_are_errors() {
     let data = vec![0u8; 20 * 2];

@@ -225,6 +225,14 @@ impl QKernel {
     }
 }
 
+/// Every weight's row kernel, or `None` if one has none (a float or slow-path format, or no
+/// columns): such calls run one matmul per weight.
+fn quant_kernels(isa: Isa, ws: &[WeightView]) -> Option<Vec<QKernel>> {
+    ws.iter()
+        .map(|w| quant_kernel(w.ty, isa).filter(|_| w.cols > 0))
+        .collect()
+}
+
 fn quant_kernel(ty: GgmlType, isa: Isa) -> Option<QKernel> {
     macro_rules! pick {
         ($f:ty) => {{
@@ -343,10 +351,7 @@ pub fn matmul_many_with(
         .zip(ys.iter())
         .map(|(w, y)| Ok((w, check_args(isa, w, x, n_tokens, y)?)))
         .collect::<Result<Vec<_>>>()?;
-    let kernels: Option<Vec<QKernel>> = ws
-        .iter()
-        .map(|w| quant_kernel(w.ty, isa).filter(|_| w.cols > 0))
-        .collect();
+    let kernels = quant_kernels(isa, ws);
     // Float or slow-path weights, or empty rows: one matmul each.
     let Some(kernels) = kernels else {
         for (w, y) in ws.iter().zip(ys.iter_mut()) {
@@ -381,6 +386,75 @@ pub fn matmul_many_with(
         &mut scratch.yt,
         || (),
         |_, pi, rows, t0, nt, out| kernels[pi].run(rows, parts[pi].1, act, t0, nt, out, n_tokens),
+    );
+    Ok(())
+}
+
+/// ys[i]: [ws[i].rows] = ws[i] · x[i] with x: [ws.len(), cols], each weight with its own
+/// one-token input (a token's routed experts' down projections). Equal to one one-token
+/// `matmul` per weight, bit for bit (each input row quantizes on its own either way), but the
+/// inputs are quantized in one call and all the weights' rows run in one parallel region.
+pub fn matmul_each(
+    ws: &[WeightView],
+    x: &[f32],
+    ys: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    matmul_each_with(Isa::best(), ws, x, ys, scratch)
+}
+
+/// `matmul_each` on a chosen implementation.
+pub fn matmul_each_with(
+    isa: Isa,
+    ws: &[WeightView],
+    x: &[f32],
+    ys: &mut [&mut [f32]],
+    scratch: &mut MatmulScratch,
+) -> Result<()> {
+    let n = ws.len();
+    if ys.len() != n {
+        return Err(Error::InvalidArgument(format!(
+            "matmul_each: {n} weights but {} outputs",
+            ys.len()
+        )));
+    }
+    let Some(cols) = ws.first().map(|w| w.cols) else {
+        return Ok(());
+    };
+    if ws.iter().any(|w| w.cols != cols) || x.len() != n * cols {
+        return Err(Error::InvalidArgument(format!(
+            "matmul_each: {n} weights of {cols} columns (all alike?) over {} inputs",
+            x.len()
+        )));
+    }
+    let parts = ws
+        .iter()
+        .zip(ys.iter())
+        .enumerate()
+        .map(|(i, (w, y))| Ok((w, check_args(isa, w, &x[i * cols..(i + 1) * cols], 1, y)?)))
+        .collect::<Result<Vec<_>>>()?;
+    // Weights a one-token matmul would send to the GEMM (on AVX-512) keep that path, so the
+    // values stay those of `matmul`.
+    let gemm = ws
+        .iter()
+        .any(|w| gemm_plan(isa, std::slice::from_ref(w), 1) != Gemm::No);
+    let kernels = quant_kernels(isa, ws).filter(|_| !gemm);
+    let Some(kernels) = kernels else {
+        for (i, (w, y)) in ws.iter().zip(ys.iter_mut()).enumerate() {
+            matmul_with(isa, w, &x[i * cols..(i + 1) * cols], 1, y, scratch)?;
+        }
+        return Ok(());
+    };
+    // The inputs as n "tokens" of one activation; weight i reads token i.
+    quantize_act(isa, &mut scratch.act, x, n, cols);
+    let act = &scratch.act;
+    run_rows(
+        &parts,
+        1,
+        ys,
+        &mut scratch.yt,
+        || (),
+        |_, pi, rows, _, nt, out| kernels[pi].run(rows, parts[pi].1, act, pi, nt, out, 1),
     );
     Ok(())
 }

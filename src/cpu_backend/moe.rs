@@ -25,7 +25,8 @@ pub(super) struct MoeScratch {
     /// gate projections, then the activations, and the up projections.
     g: Vec<f32>,
     u: Vec<f32>,
-    /// [m, n_embd] one expert's output (the shared expert's: [n, n_embd]).
+    /// [m, n_embd] one expert's output (decode: [n_expert_used, n_embd], each routed
+    /// expert's; the shared expert's: [n, n_embd]).
     y: Vec<f32>,
     /// The expert matmuls' own scratch (the backend's is borrowed by the weight views).
     mm: crate::cpu::MatmulScratch,
@@ -230,7 +231,7 @@ impl CpuBackend {
 
     /// Decode: the k experts of one token all read the same input, so their gate and up
     /// projections run as one `matmul_many` (one activation quantization, one parallel
-    /// region); then each expert's down projection.
+    /// region); their down projections, each over its own activations, as one `matmul_each`.
     fn experts_of_one_token(
         &mut self,
         l: usize,
@@ -243,7 +244,6 @@ impl CpuBackend {
         let (k, ff, d) = (moe.n_expert_used, moe.n_ff_exp, self.cfg.n_embd);
         grow(&mut s.g, k * ff);
         grow(&mut s.u, k * ff);
-        grow(&mut s.y, d);
         let ids: Vec<usize> = s.ids[..k].iter().map(|&e| e as usize).collect();
         let held = self.held_experts(l, &ids)?;
         let mut views = Vec::with_capacity(2 * k);
@@ -264,19 +264,33 @@ impl CpuBackend {
             Self::matmul_views(f32_act, &mut s.mm, &views, x, 1, &mut ys)?;
         }
         crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..k * ff], &s.u[..k * ff])?;
-        for (j, &e) in ids.iter().enumerate() {
-            let down = self.expert_view(DownExps(l), e, held[j].as_deref())?;
-            let f32_act = self.f32_activations;
-            Self::matmul_views(
-                f32_act,
-                &mut s.mm,
-                &[down],
-                &s.g[j * ff..(j + 1) * ff],
-                1,
-                &mut [&mut s.y[..d]],
-            )?;
+        let downs = ids
+            .iter()
+            .zip(&held)
+            .map(|(&e, h)| self.expert_view(DownExps(l), e, h.as_deref()))
+            .collect::<Result<Vec<_>>>()?;
+        grow(&mut s.y, k * d);
+        {
+            let mut ys: Vec<&mut [f32]> = s.y[..k * d].chunks_mut(d).collect();
+            if self.f32_activations {
+                for (j, (v, y)) in downs.iter().zip(ys.iter_mut()).enumerate() {
+                    matmul_f32_act(
+                        v.ty,
+                        v.data,
+                        v.rows,
+                        v.cols,
+                        &s.g[j * ff..(j + 1) * ff],
+                        1,
+                        y,
+                    )?;
+                }
+            } else {
+                crate::cpu::matmul_each(&downs, &s.g[..k * ff], &mut ys, &mut s.mm)?;
+            }
+        }
+        for (j, y) in s.y[..k * d].chunks(d).enumerate() {
             let w = s.weights[j];
-            out.iter_mut().zip(&s.y[..d]).for_each(|(o, y)| *o += w * y);
+            out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
         }
         Ok(())
     }
