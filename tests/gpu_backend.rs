@@ -36,15 +36,6 @@ fn load(max_binding_bytes: Option<u64>) -> (Arc<Gguf>, Config, Arc<GpuModel>) {
     (g, cfg, Arc::new(m))
 }
 
-/// max |a - b| / max |b|.
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
-    let d = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    assert!(d.is_finite(), "non-finite output");
-    d / scale
-}
-
 fn read<B: Backend>(b: &mut B, a: &B::Act, n: usize) -> Vec<f32> {
     let mut v = vec![0f32; n];
     b.read(a, &mut v).unwrap();
@@ -72,12 +63,12 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     cb.embed(&ids, &mut cx).unwrap();
     let (x_g, x_c) = (read(&mut gb, &gx, n * e), read(&mut cb, &cx, n * e));
     // Q8_0 rows dequantize exactly the same way on both.
-    assert_eq!(rel(&x_g, &x_c), 0.0, "embedding");
+    assert_eq!(common::rel_to_range(&x_g, &x_c), 0.0, "embedding");
 
     let (mut gh, mut ch) = both!(BATCH * e);
     gb.rms_norm(WeightId::AttnNorm(3), &gx, n, &mut gh).unwrap();
     cb.rms_norm(WeightId::AttnNorm(3), &cx, n, &mut ch).unwrap();
-    let r = rel(&read(&mut gb, &gh, n * e), &read(&mut cb, &ch, n * e));
+    let r = common::rel_to_range(&read(&mut gb, &gh, n * e), &read(&mut cb, &ch, n * e));
     assert!(r < 1e-5, "rms_norm rel err {r}");
     // From here both take the CPU's normalised input, so their 8-bit codes are identical.
     let h_host = read(&mut cb, &ch, n * e);
@@ -90,7 +81,7 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     for n_tok in [1, n] {
         gb.matmul(WeightId::Wq(3), &gh, n_tok, &mut gq).unwrap();
         cb.matmul(WeightId::Wq(3), &ch, n_tok, &mut cq).unwrap();
-        let r = rel(
+        let r = common::rel_to_range(
             &read(&mut gb, &gq, n_tok * qd),
             &read(&mut cb, &cq, n_tok * qd),
         );
@@ -105,7 +96,7 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     cb.matmul(WeightId::Up(5), &ch, n, &mut cu).unwrap();
     gb.glu(&mut gg, &gu, n * ff).unwrap();
     cb.glu(&mut cg, &cu, n * ff).unwrap();
-    let r = rel(&read(&mut gb, &gg, n * ff), &read(&mut cb, &cg, n * ff));
+    let r = common::rel_to_range(&read(&mut gb, &gg, n * ff), &read(&mut cb, &cg, n * ff));
     assert!(r < 1e-4, "gate/up/swiglu rel err {r}");
     // Down takes the CPU's own SwiGLU output on both, so only Down's rounding differs.
     let cg_host = read(&mut cb, &cg, n * ff);
@@ -113,12 +104,12 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     let (mut go, mut co) = both!(BATCH * e);
     gb.matmul(WeightId::Down(5), &gg, n, &mut go).unwrap();
     cb.matmul(WeightId::Down(5), &cg, n, &mut co).unwrap();
-    let r = rel(&read(&mut gb, &go, n * e), &read(&mut cb, &co, n * e));
+    let r = common::rel_to_range(&read(&mut gb, &go, n * e), &read(&mut cb, &co, n * e));
     assert!(r < 1e-4, "down rel err {r}");
 
     gb.add(&mut gx, &go, n * e).unwrap();
     cb.add(&mut cx, &co, n * e).unwrap();
-    let r = rel(&read(&mut gb, &gx, n * e), &read(&mut cb, &cx, n * e));
+    let r = common::rel_to_range(&read(&mut gb, &gx, n * e), &read(&mut cb, &cx, n * e));
     assert!(r < 1e-4, "add rel err {r}");
 
     // RoPE at a non-zero position on identical inputs.
@@ -126,7 +117,7 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     gb.write(&mut gq, &q_host).unwrap();
     gb.rope(0, &mut gq, n, cfg.n_head, 17).unwrap();
     cb.rope(0, &mut cq, n, cfg.n_head, 17).unwrap();
-    let r = rel(&read(&mut gb, &gq, n * qd), &read(&mut cb, &cq, n * qd));
+    let r = common::rel_to_range(&read(&mut gb, &gq, n * qd), &read(&mut cb, &cq, n * qd));
     assert!(r < 1e-5, "rope rel err {r}");
 
     // Output head (the tied 49152-row embedding: a 2-D dispatch) and argmax on the device.
@@ -145,7 +136,7 @@ fn gpu_ops_match_the_cpu_backend_on_real_weights() {
     gb.matmul(WeightId::TokEmbd, &gs, 2, &mut gl).unwrap();
     cb.matmul(WeightId::TokEmbd, &cs, 2, &mut cl).unwrap();
     let logits_g = read(&mut gb, &gl, 2 * nv);
-    let r = rel(&logits_g, &read(&mut cb, &cl, 2 * nv));
+    let r = common::rel_to_range(&logits_g, &read(&mut cb, &cl, 2 * nv));
     assert!(r < 1e-4, "output head rel err {r}");
     let ids_dev = gb.argmax(&gl, 2, nv).unwrap();
     let ids_host: Vec<u32> = logits_g
@@ -235,7 +226,7 @@ fn every_layer_follows_the_cpu_backend() {
         gb.write(&mut gs.x, &x).unwrap();
         layer_stage(&mut gb, &cfg, &mut gs, l, n, 0).unwrap();
         layer_stage(&mut cb, &cfg, &mut cs, l, n, 0).unwrap();
-        let r = rel(&read(&mut gb, &gs.x, n * e), &read(&mut cb, &cs.x, n * e));
+        let r = common::rel_to_range(&read(&mut gb, &gs.x, n * e), &read(&mut cb, &cs.x, n * e));
         eprintln!("layer {l}: rel err {r:.2e}");
         // f32 sums of up to 1536 terms in different orders, through norm, attention and
         // SwiGLU: ~1e-6 of the state's range; 1e-4 leaves room and still catches any real

@@ -79,14 +79,6 @@ fn gpu_perplexity_on_two_windows_within_one_percent_of_the_cpu_path() {
     assert!(rel <= 0.01, "GPU PPL {:.4} vs CPU {:.4}", g.ppl, c.ppl);
 }
 
-/// max |a - b| / max |b|
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(a.iter().all(|v| v.is_finite()), "non-finite GPU logits");
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-}
-
 /// The GPU against the CPU path with the same tokens fed to both, in the mode where the two
 /// compute the same arithmetic up to f32 rounding: f32 activations. (With the default 8-bit
 /// activations both quantize identically, but a 1-ulp difference anywhere upstream can flip
@@ -114,7 +106,7 @@ fn gpu_logits_follow_the_cpu_path_with_the_same_tokens() {
         for (step, toks) in feed.iter().enumerate() {
             let lg = sg.eval(toks, Logits::Last).unwrap();
             let lc = sc.eval(toks, Logits::Last).unwrap();
-            let e = rel(&lg, &lc);
+            let e = common::rel_to_range(&lg, &lc);
             worst = worst.max(e);
             assert!(
                 e <= 1e-2,
@@ -180,7 +172,7 @@ fn gpu_decode_matches_gpu_prefill() {
     let mut b = m.session(64).unwrap();
     for (i, t) in ids.iter().enumerate() {
         let step = b.eval(std::slice::from_ref(t), Logits::Last).unwrap();
-        let e = rel(&step, &batch[i * n_vocab..(i + 1) * n_vocab]);
+        let e = common::rel_to_range(&step, &batch[i * n_vocab..(i + 1) * n_vocab]);
         assert!(
             e < 1e-3,
             "token {i}: decode differs from prefill by {e:.3e}"

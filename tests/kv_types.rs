@@ -71,13 +71,6 @@ fn blocks_match_kernels_ref() {
     }
 }
 
-/// max |a - b| / max |b|
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    let m = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let d = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    d / m.max(1e-30)
-}
-
 #[test]
 fn cpu_attention_every_type_pair_vs_kernels_ref() {
     let mut rng = Rng::new(5);
@@ -125,7 +118,7 @@ fn cpu_attention_every_type_pair_vs_kernels_ref() {
                     &mut got,
                 )
                 .unwrap();
-                let e = rel(&got, &want);
+                let e = common::rel_to_range(&got, &want);
                 assert!(
                     e < 1e-5,
                     "k {kt} v {vt} n_q {n_q} hd {hd} window {window:?}: rel err {e}"

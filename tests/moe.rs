@@ -152,15 +152,6 @@ fn assert_experts_on_gpu(m: &Model) {
     }
 }
 
-/// max |a - b| relative to max |b| (a logit range, robust to near-zero logits).
-fn rel_to_range(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(a.iter().all(|v| v.is_finite()), "non-finite GPU logits");
-    let range = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    let diff = a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs()));
-    diff / range
-}
-
 /// The GPU's expert kernels (routing on the GPU, the experts' matvecs over the stacks by the
 /// ids it left there, the weighted sum) follow the CPU's expert path: f32 activations on both,
 /// a 70-token prefill (pairs of every expert) and 6 decode steps, through 30 blocks.
@@ -185,7 +176,7 @@ fn gpu_experts_follow_the_cpu_path() {
     for (step, (g, w)) in got.iter().zip(&want).enumerate() {
         // Each token's logits of the prefill on their own range.
         for (i, (gt, wt)) in g.chunks(n_vocab).zip(w.chunks(n_vocab)).enumerate() {
-            let e = rel_to_range(gt, wt);
+            let e = common::rel_to_range(gt, wt);
             worst = worst.max(e);
             assert!(
                 e <= 1e-2,

@@ -37,14 +37,6 @@ fn gpu_f32() -> Arc<Model> {
     M.get_or_init(|| load(gpu(), None, true)).clone()
 }
 
-/// max |a - b| / max |b|
-fn rel(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    assert!(a.iter().all(|v| v.is_finite()), "non-finite logits");
-    let scale = b.iter().fold(0f32, |m, v| m.max(v.abs()));
-    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / scale
-}
-
 /// (prompt ids, reference continuation ids) of the first `n` greedy.jsonl prompts.
 fn prompts(n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
     let text = std::fs::read_to_string(common::shared().join("reference/greedy.jsonl")).unwrap();
@@ -122,7 +114,7 @@ fn logits_do_not_depend_on_the_placement() {
             let worst = got
                 .iter()
                 .zip(&reference)
-                .map(|(a, b)| rel(a, b))
+                .map(|(a, b)| common::rel_to_range(a, b))
                 .fold(0f32, f32::max);
             eprintln!("{name}: worst logit difference vs all-GPU {worst:.3e}");
             assert!(
@@ -302,7 +294,7 @@ fn the_offload_policy_moves_layers_mid_generation_without_changing_results() {
         let mut worst = 0f32;
         for (step, t) in toks.iter().enumerate() {
             let got = s.eval(t, Logits::Last).unwrap();
-            let e = rel(&got, &want[step]);
+            let e = common::rel_to_range(&got, &want[step]);
             worst = worst.max(e);
             assert!(
                 e <= 1e-2,

@@ -18,6 +18,15 @@ use memwall::gguf::writer::GgufWriter;
 use memwall::gguf::{Value, ValueType};
 use memwall::GgmlType;
 
+/// max |a - b| / max |b|: a difference relative to the range of the expected values (robust
+/// to near-zero entries, as logits have). Fails on a length mismatch or a non-finite `a`.
+pub fn rel_to_range(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    assert!(a.iter().all(|v| v.is_finite()), "non-finite values");
+    let range = b.iter().fold(0f32, |m, v| m.max(v.abs())).max(1e-30);
+    a.iter().zip(b).fold(0f32, |m, (x, y)| m.max((x - y).abs())) / range
+}
+
 /// The test model: `MEMWALL_MODEL`, else the cache path. Panics (fails the test) when missing.
 pub fn model_path() -> PathBuf {
     let p = std::env::var_os("MEMWALL_MODEL")
