@@ -1,8 +1,8 @@
 // Prefill (many-token) integer matmul for CPU-like adapters: the twin of matvec_q8_rows.wgsl
 // (same bindings, parameters, grid and per-token result, bit for bit) tuned for batches.
 // Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path,
-// q8_rows/header.wgsl and q8_rows/matmul_tile.wgsl, and before a matvec_q8_out/*.wgsl
-// fragment (`fn store_y`). matmul_q8_rows_sg.wgsl is the variant for adapters with subgroups.
+// q8_params.wgsl, q8_rows/header.wgsl and q8_rows/matmul_tile.wgsl, and before a
+// matvec_q8_out/*.wgsl fragment (`fn store_y`). matmul_q8_rows_sg.wgsl is the variant for adapters with subgroups.
 // group = wid.x + wid.y * groups_x; each invocation lid < S = P.row_stride computes 4 weight
 // rows, group * 4 * S + lid + j * S (j < 4), for tiles of 8 tokens; no workgroup memory or
 // barrier. Invocations lid >= S return at once (the host picks S so that the workgroups share
@@ -15,14 +15,8 @@
 // scales once, reusing each weight load for 8 tokens and each activation load for 4 rows
 // (matvec_q8_rows.wgsl: 1 row x 4 tokens), ~3x fewer loads per multiply-add.
 
-// WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
-
-// tok4 of chunk ci = t * blocks_per_row + b of qx / qd, loaded here (three scalar scale
-// loads: the fourth component is not used).
-fn tok4_at(c0: QChunk, c1: QChunk, c2: QChunk, c3: QChunk, ci: u32) -> vec4<f32> {
-    let xd = vec3<f32>(qd[ci].x, qd[ci].y, qd[ci].z);
-    return tok4(c0, c1, c2, c3, qx[ci * 2u], qx[ci * 2u + 1u], xd);
-}
+// MatvecQ8Params P and the qx / qd bindings: q8_params.wgsl; WG and MAX_TOKENS:
+// q8_rows/header.wgsl.
 
 @compute @workgroup_size(WG)
 fn main(

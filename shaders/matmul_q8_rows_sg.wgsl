@@ -15,7 +15,8 @@
 // skip the token loop: their subgroup's lanes all skip it alike (lavapipe numbers a
 // subgroup's lanes consecutively in lid), so every broadcast's source lane stays active.
 
-// WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
+// MatvecQ8Params P and the qx / qd bindings: q8_params.wgsl; WG and MAX_TOKENS:
+// q8_rows/header.wgsl.
 
 @compute @workgroup_size(WG)
 fn main(

@@ -1,51 +1,15 @@
 // Decode matvec y = W x (twin of kernels-ref's ops::matvec).
-// Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum) and a quant/*.wgsl fragment
-// (bindings 0..1 for W, const QK, fn dq_block): see src/gpu/shaders.rs.
+// Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum), a quant/*.wgsl fragment
+// (bindings 0..1 for W, const QK, fn dq_block), matvec_params.wgsl (MatvecParams P, x, y)
+// and load_x4.wgsl: see src/gpu/shaders.rs.
 // One workgroup computes ROWS consecutive rows for one token; its WG invocations stride over a
 // row's blocks and the partial dot products are summed with wg_sum. Dispatch is 2-D when the
 // number of workgroups exceeds the per-dimension limit: group = wid.x + wid.y * groups_x, and
 // group = t * row_groups + row group. Several tokens make a batched matvec (small batches, where
 // re-reading the weights per token is cheaper than a tiled matmul's staging).
 
-struct MatvecParams {
-    rows: u32,
-    cols: u32,
-    // ceil(cols / QK)
-    blocks_per_row: u32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    n_tokens: u32,
-    // row length of y (>= row_offset + rows)
-    y_stride: u32,
-    // first row of y this matrix writes (a matrix split by rows across bindings)
-    row_offset: u32,
-    // ceil(rows / ROWS)
-    row_groups: u32,
-}
-
-// [n_tokens, cols]
-@group(0) @binding(2) var<storage, read> x: array<f32>;
-// [n_tokens, y_stride]
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> P: MatvecParams;
-
 // Rows per workgroup.
 override ROWS: u32 = 2u;
-
-// x[xo + c..xo + c + 4], with columns >= cols read as 0 (a partial last block of an F16/F32
-// row).
-fn load_x4(xo: u32, c: u32) -> vec4<f32> {
-    if (c + 3u < P.cols) {
-        return vec4<f32>(x[xo + c], x[xo + c + 1u], x[xo + c + 2u], x[xo + c + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < P.cols) {
-            v[j] = x[xo + c + j];
-        }
-    }
-    return v;
-}
 
 // This invocation's share of row `row`'s dot product with token row x[xo..xo + cols].
 fn row_partial(row: u32, xo: u32, lid: u32) -> f32 {

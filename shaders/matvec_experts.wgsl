@@ -1,60 +1,13 @@
-// The routed experts' matrix-vector products: for each (token, slot) pair p of a routing
-// (ids from moe_route.wgsl), y[p] = W_e x[p / X_DIV] with W_e the rows of expert e = ids[p]
-// in a stack of every expert's matrix ([n_expert * rows, cols], expert e at rows e * rows..),
-// so the expert ids never leave the GPU. Composed after a quant/*.wgsl fragment (bindings
-// 0..1 for W, const QK, fn dq_block): one kernel per weight format, the K-quants included.
-// One invocation per output row, no reduction or barrier (as matvec_rows.wgsl): each walks
-// its row's blocks in order. A stack split across bindings by whole experts is one launch per
-// part: a pair whose expert is outside the part's e_lo..e_hi is left to the other launches.
+// The routed experts' products over f32 inputs (`--f32-activations`, and float weights):
+// y[p] = W_e x[p / x_div] with one invocation per (pair, output row), no reduction or barrier
+// (as matvec_rows.wgsl), each walking its row's blocks in order. Composed after a quant/*.wgsl
+// fragment (bindings 0..1 for W, const QK, fn dq_block), load_x4.wgsl and experts/header.wgsl.
 // group = wid.x + wid.y * groups_x; pair = group / row_groups.
-
-override WG: u32 = 64u;
-
-struct MatvecExpertsParams {
-    // rows of one expert's matrix
-    rows: u32,
-    cols: u32,
-    // ceil(cols / QK)
-    blocks_per_row: u32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-    // (token, slot) pairs: n_tokens * k
-    n_pairs: u32,
-    // pairs per x row: k when every slot of a token reads the token's input (gate, up), 1
-    // when each pair has its own (down)
-    x_div: u32,
-    // ceil(rows / WG)
-    row_groups: u32,
-    // the experts this launch's weight binding holds: e_lo..e_hi
-    e_lo: u32,
-    e_hi: u32,
-    pad0: u32,
-    pad1: u32,
-    pad2: u32,
-}
 
 // [n_pairs / x_div, cols]
 @group(0) @binding(2) var<storage, read> x: array<f32>;
 // [n_pairs, rows]
 @group(0) @binding(3) var<storage, read_write> y: array<f32>;
-// [n_pairs] expert ids
-@group(0) @binding(4) var<storage, read> ids: array<u32>;
-@group(0) @binding(5) var<uniform> P: MatvecExpertsParams;
-
-// x[xo + c..xo + c + 4], with columns >= cols read as 0 (a partial last block of an F16/F32
-// row).
-fn load_x4(xo: u32, c: u32) -> vec4<f32> {
-    if (c + 3u < P.cols) {
-        return vec4<f32>(x[xo + c], x[xo + c + 1u], x[xo + c + 2u], x[xo + c + 3u]);
-    }
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < P.cols) {
-            v[j] = x[xo + c + j];
-        }
-    }
-    return v;
-}
 
 @compute @workgroup_size(WG)
 fn main(

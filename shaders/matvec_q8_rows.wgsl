@@ -1,8 +1,8 @@
 // Batched decode matvec over 8-bit activations, one invocation per output row: the
 // barrier-free twin of matvec_q8.wgsl for CPU-like adapters (see matvec_rows.wgsl), with the
 // same integer chunk arithmetic and operation order as the CPU (src/cpu/scalar.rs `dot_q_row`).
-// Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path and
-// q8_rows/header.wgsl.
+// Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path,
+// q8_params.wgsl and q8_rows/header.wgsl.
 // group = wid.x + wid.y * groups_x; each invocation computes P.rows_per_inv consecutive rows
 // from (group * WG + lid) * rows_per_inv for every token (up to MAX_TOKENS). Batches of 4 or
 // more tokens: one row, in tiles of 4 tokens that share each decoded weight chunk, then the
@@ -16,25 +16,11 @@
 // keeps a dynamically indexed private array in scratch memory and gathers/scatters it per SIMD
 // lane on every chunk; the scalars stay in registers (~2-3x decode on lavapipe).
 
-// WG, MAX_TOKENS, MatvecQ8Params P and the qx / qd bindings: q8_rows/header.wgsl.
+// MatvecQ8Params P, the qx / qd bindings and fn chunk_dot: q8_params.wgsl; WG and MAX_TOKENS:
+// q8_rows/header.wgsl.
 // Rows per invocation for fewer than 4 tokens (MATVEC_Q8_ROWS_PER_INVOCATION in
 // src/gpu/q8act.rs); P.rows_per_inv is ROWS or 1.
 const ROWS: u32 = 4u;
-
-// Chunk `ch` (chunk b of a row) dotted with chunk ci = t * blocks_per_row + b of qx/qd: the
-// integer chunk sums and f32 operation order of the CPU (src/cpu/scalar.rs `dot_q_row`).
-fn chunk_dot(ch: QChunk, ci: u32) -> f32 {
-    let xa = qx[ci * 2u];
-    let xb = qx[ci * 2u + 1u];
-    var s0 = 0;
-    var s1 = 0;
-    for (var k = 0u; k < 4u; k++) {
-        s0 += dot_i8x4(ch.u[k], xa[k]);
-        s1 += dot_i8x4(ch.u[k + 4u], xb[k]);
-    }
-    let xd = qd[ci];
-    return ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y + ch.c.y * xd.z;
-}
 
 // One activation chunk (chunk ci of qx/qd), unpacked once for several weight rows: its 32
 // codes as eight vec4<i32> (named, not an array: see above) and its qd entry.

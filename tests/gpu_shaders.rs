@@ -232,10 +232,17 @@ fn all_lists_every_variant_once() {
     for ty in f16_formats {
         want.insert(KernelKey::Embedding { ty, f16: true });
     }
-    // The mixture-of-experts kernels: no reduction; the experts' matvec per weight format.
+    // The mixture-of-experts kernels: no reduction; the experts' f32 matvec per weight format
+    // and their 8-bit kernel per format with an integer path.
     let moe_keys = WeightFormat::ALL
-        .map(|ty| KernelKey::MatvecExperts { ty })
         .into_iter()
+        .flat_map(|ty| {
+            let q8 = ty
+                .has_q8_path()
+                .then_some(KernelKey::MatvecExperts { ty, q8: true });
+            [Some(KernelKey::MatvecExperts { ty, q8: false }), q8]
+        })
+        .flatten()
         .chain([KernelKey::MoeRoute, KernelKey::MoeCombine]);
     for key in moe_keys {
         assert!(!key.has_reduction_choice() && !key.uses_subgroups() && key.is_moe());

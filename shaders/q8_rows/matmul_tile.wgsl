@@ -5,7 +5,7 @@
 // at run time (llvmpipe keeps those in scratch memory). The two kernels differ only in how a
 // tile's activation chunks reach the invocation; these helpers do the same f32 operations in
 // the same order for both, so their results match each other and matvec_q8_rows.wgsl bit for
-// bit.
+// bit. Their arithmetic (xdot, tok4) is q8_act.wgsl's.
 
 // The weight rows an invocation reads: w0 for output row `row` (below P.rows), w1..w3 for rows
 // row + S, + 2 S, + 3 S (S = P.row_stride), clamped to the matrix's last row (read, never
@@ -27,42 +27,6 @@ fn rows4(row: u32) -> Rows4 {
 // Tokens of this launch (the host splits larger batches).
 fn launch_tokens() -> u32 {
     return min(P.n_tokens, MAX_TOKENS);
-}
-
-// Chunk `ch` dotted with one token's chunk (codes x0..x7, scales xd = (d, d Σq half 0,
-// d Σq half 1)): matvec_q8_rows.wgsl's `chunk_dot` (exact i32 half sums, then the same f32
-// operations in the same order).
-fn xdot(
-    ch: QChunk,
-    x0: vec4<i32>, x1: vec4<i32>, x2: vec4<i32>, x3: vec4<i32>,
-    x4: vec4<i32>, x5: vec4<i32>, x6: vec4<i32>, x7: vec4<i32>,
-    xd: vec3<f32>,
-) -> f32 {
-    let s0 = dot(i8x4(ch.u[0]), x0) + dot(i8x4(ch.u[1]), x1) + dot(i8x4(ch.u[2]), x2)
-        + dot(i8x4(ch.u[3]), x3);
-    let s1 = dot(i8x4(ch.u[4]), x4) + dot(i8x4(ch.u[5]), x5) + dot(i8x4(ch.u[6]), x6)
-        + dot(i8x4(ch.u[7]), x7);
-    return ch.dw * xd.x * f32(ch.mul.x * s0 + ch.mul.y * s1) + ch.c.x * xd.y + ch.c.y * xd.z;
-}
-
-// The four rows' chunks dotted with one token's activation chunk (code words qa = qx[2 ci],
-// qb = qx[2 ci + 1], scales xd = qd[ci].xyz; the fourth, d Σq, is not used): each activation
-// word is sign-extended once for the four rows.
-fn tok4(c0: QChunk, c1: QChunk, c2: QChunk, c3: QChunk, qa: vec4<u32>, qb: vec4<u32>, xd: vec3<f32>) -> vec4<f32> {
-    let x0 = i8x4(qa.x);
-    let x1 = i8x4(qa.y);
-    let x2 = i8x4(qa.z);
-    let x3 = i8x4(qa.w);
-    let x4 = i8x4(qb.x);
-    let x5 = i8x4(qb.y);
-    let x6 = i8x4(qb.z);
-    let x7 = i8x4(qb.w);
-    return vec4<f32>(
-        xdot(c0, x0, x1, x2, x3, x4, x5, x6, x7, xd),
-        xdot(c1, x0, x1, x2, x3, x4, x5, x6, x7, xd),
-        xdot(c2, x0, x1, x2, x3, x4, x5, x6, x7, xd),
-        xdot(c3, x0, x1, x2, x3, x4, x5, x6, x7, xd),
-    );
 }
 
 // Token t's results for rows r, r + S, r + 2 S, r + 3 S (S = P.row_stride; those below

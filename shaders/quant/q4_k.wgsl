@@ -22,22 +22,25 @@ fn q4k_scale_byte(g: u32, i: u32) -> u32 {
     return (ws[g * 4u + 1u + i / 4u] >> (8u * (i % 4u))) & 0xFFu;
 }
 
+// Sub-block j's 6-bit (scale, min) of super-block g (ggml's get_scale_min_k4).
+fn q4k_scale_min(g: u32, j: u32) -> vec2<u32> {
+    if (j < 4u) {
+        return vec2<u32>(q4k_scale_byte(g, j) & 63u, q4k_scale_byte(g, j + 4u) & 63u);
+    }
+    let hi = q4k_scale_byte(g, j + 4u);
+    return vec2<u32>(
+        (hi & 0xFu) | ((q4k_scale_byte(g, j - 4u) >> 6u) << 4u),
+        (hi >> 4u) | ((q4k_scale_byte(g, j) >> 6u) << 4u),
+    );
+}
+
 fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let g = row * (cols / QK_K) + blk / 8u;
     let j = blk % 8u;
     let dm = unpack2x16float(ws[g * 4u]);
-    var sc: u32;
-    var m: u32;
-    if (j < 4u) {
-        sc = q4k_scale_byte(g, j) & 63u;
-        m = q4k_scale_byte(g, j + 4u) & 63u;
-    } else {
-        let hi = q4k_scale_byte(g, j + 4u);
-        sc = (hi & 0xFu) | ((q4k_scale_byte(g, j - 4u) >> 6u) << 4u);
-        m = (hi >> 4u) | ((q4k_scale_byte(g, j) >> 6u) << 4u);
-    }
-    let dl = dm.x * f32(sc);
-    let ml = dm.y * f32(m);
+    let sm = q4k_scale_min(g, j);
+    let dl = dm.x * f32(sm.x);
+    let ml = dm.y * f32(sm.y);
     // Chunk j / 2 of the code bytes (8 words), nibble j % 2.
     let base = g * 32u + (j / 2u) * 8u;
     let shifts = vec4<u32>(0u, 8u, 16u, 24u) + vec4<u32>(4u * (j % 2u));
@@ -56,24 +59,15 @@ fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
     let g = row * (cols / QK_K) + chunk / 8u;
     let j = chunk % 8u;
     let dm = unpack2x16float(ws[g * 4u]);
-    var sc: u32;
-    var m: u32;
-    if (j < 4u) {
-        sc = q4k_scale_byte(g, j) & 63u;
-        m = q4k_scale_byte(g, j + 4u) & 63u;
-    } else {
-        let hi = q4k_scale_byte(g, j + 4u);
-        sc = (hi & 0xFu) | ((q4k_scale_byte(g, j - 4u) >> 6u) << 4u);
-        m = (hi >> 4u) | ((q4k_scale_byte(g, j) >> 6u) << 4u);
-    }
+    let sm = q4k_scale_min(g, j);
     let base = g * 32u + (j / 2u) * 8u;
     let shift = 4u * (j % 2u);
     var ch: QChunk;
     for (var k = 0u; k < 8u; k++) {
         ch.u[k] = (wq[base + k] >> shift) & 0x0F0F0F0Fu;
     }
-    ch.mul = vec2<i32>(i32(sc));
+    ch.mul = vec2<i32>(i32(sm.x));
     ch.dw = dm.x;
-    ch.c = vec2<f32>(-dm.y * f32(m));
+    ch.c = vec2<f32>(-dm.y * f32(sm.y));
     return ch;
 }

@@ -18,17 +18,26 @@ const QK_K: u32 = 256u;
 // low half).
 @group(0) @binding(1) var<storage, read> ws: array<u32>;
 
+// Super-block g's f16 scale d.
+fn q6k_d(g: u32) -> f32 {
+    return unpack2x16float(ws[(g / 2u) * 9u + 8u])[g & 1u];
+}
+
+// The signed scales of sub-blocks 2j and 2j + 1 of super-block g: bytes 2j, 2j + 1 of its 16,
+// shifted to the top and arithmetic-shifted down to sign-extend them.
+fn q6k_scales(g: u32, j: u32) -> vec2<i32> {
+    let sw = bitcast<i32>(ws[(g / 2u) * 9u + (g & 1u) * 4u + j / 2u]);
+    let b = 16u * (j % 2u);
+    return vec2<i32>((sw << (24u - b)) >> 24u, (sw << (16u - b)) >> 24u);
+}
+
 fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
     let g = row * (cols / QK_K) + blk / 8u;
     let j = blk % 8u;
-    let pair = (g / 2u) * 9u;
-    let d = unpack2x16float(ws[pair + 8u])[g & 1u];
-    // Scales of sub-blocks 2j and 2j + 1: bytes 2j, 2j + 1 of the super-block's 16, shifted to
-    // the top and arithmetic-shifted down to sign-extend them.
-    let sw = bitcast<i32>(ws[pair + (g & 1u) * 4u + j / 2u]);
-    let b = 16u * (j % 2u);
-    let sc0 = f32((sw << (24u - b)) >> 24u);
-    let sc1 = f32((sw << (16u - b)) >> 24u);
+    let d = q6k_d(g);
+    let sc = vec2<f32>(q6k_scales(g, j));
+    let sc0 = sc.x;
+    let sc1 = sc.y;
     let half = j / 4u;
     let jj = j % 4u;
     let ql = g * 48u + half * 16u + (jj % 2u) * 8u;
@@ -53,12 +62,10 @@ fn dq_block(row: u32, blk: u32, cols: u32) -> array<vec4<f32>, 8> {
 fn dq_chunk(row: u32, chunk: u32, cols: u32) -> QChunk {
     let g = row * (cols / QK_K) + chunk / 8u;
     let j = chunk % 8u;
-    let pair = (g / 2u) * 9u;
-    let d = unpack2x16float(ws[pair + 8u])[g & 1u];
-    let sw = bitcast<i32>(ws[pair + (g & 1u) * 4u + j / 2u]);
-    let b = 16u * (j % 2u);
-    let sc0 = (sw << (24u - b)) >> 24u;
-    let sc1 = (sw << (16u - b)) >> 24u;
+    let d = q6k_d(g);
+    let sc = q6k_scales(g, j);
+    let sc0 = sc.x;
+    let sc1 = sc.y;
     let half = j / 4u;
     let jj = j % 4u;
     let ql = g * 48u + half * 16u + (jj % 2u) * 8u;

@@ -169,7 +169,12 @@ impl GpuBackend {
         let att_scratch = storage(&m, "attention scratch", (att as u64).saturating_mul(4))?;
         let ids = storage(&m, "token ids", max_tokens as u64 * 4)?;
         let argmax_out = storage(&m, "argmax", max_tokens as u64 * 4)?;
-        let max_cols = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff);
+        // A mixture's routed experts quantize a token's k activation rows of n_ff_exp at once.
+        let moe_cols = cfg
+            .moe
+            .as_ref()
+            .map_or(0, |m| m.n_expert_used.saturating_mul(m.n_ff_exp));
+        let max_cols = cfg.n_embd.max(cfg.q_dim()).max(cfg.n_ff).max(moe_cols);
         let qx = storage(&m, "qx", (qx_words(max_tokens, max_cols) * 4) as u64)?;
         let qd = storage(&m, "qd", (qd_vec4s(max_tokens, max_cols) * 16) as u64)?;
         let rec = Recorder::new(&m.ctx)?;

@@ -1,5 +1,6 @@
 //! The mixture-of-experts kernels: routing (`shaders/moe_route.wgsl`), the routed experts'
-//! matvecs over a stack of every expert's matrix (`shaders/matvec_experts.wgsl`) and the
+//! products over a stack of every expert's matrix (`shaders/matvec_experts.wgsl` over f32
+//! inputs; `shaders/experts_q8.wgsl` over 8-bit ones, the pairs grouped by expert) and the
 //! weighted sum of their outputs (`shaders/moe_combine.wgsl`). The expert ids a routing writes
 //! stay on the GPU: the matvecs read them there, so a token's pass needs no readback.
 //!
@@ -10,7 +11,23 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch};
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::shaders::{KernelKey, MatvecExpertsParams, MoeCombineParams, MoeRouteParams, QK};
+
+/// Pairs of one expert that `shaders/experts_q8.wgsl` multiplies per decoded weight chunk.
+pub const EXPERTS_TILE: u32 = 8;
+
+/// The routed experts' inputs: f32 rows (`shaders/matvec_experts.wgsl`), or the same rows
+/// quantized to 8-bit chunks by `quantize_act`/`swiglu_quant` (`shaders/experts_q8.wgsl`:
+/// `qx` [rows * cols / 4] u32, `qd` [rows * cols / 32] vec4<f32>).
+#[derive(Clone, Copy)]
+pub enum ExpertsInput<'a> {
+    F32(&'a wgpu::Buffer),
+    Q8 {
+        qx: &'a wgpu::Buffer,
+        qd: &'a wgpu::Buffer,
+    },
+}
 
 /// [`crate::gpu::ops`]'s length check, with the element count as these launches count it.
 fn check_len(what: &str, buf: &wgpu::Buffer, n: usize) -> Result<()> {
@@ -64,7 +81,7 @@ impl Kernels {
     /// y: `[n_pairs, rows]`, y[p] = W_e x[p / x_div] for the pairs whose expert e = ids[p] is
     /// one of `part`'s experts `e_lo..e_lo + part.rows / rows` (`part`: rows `e_lo * rows..`
     /// of a stack of `rows`-row matrices); the other pairs' rows of y are untouched. x:
-    /// `[n_pairs / x_div, part.cols]`; ids: `[n_pairs]`.
+    /// `[n_pairs / x_div, part.cols]`, f32 or quantized ([`ExpertsInput`]); ids: `[n_pairs]`.
     #[allow(clippy::too_many_arguments)]
     pub fn matvec_experts_launch<'a>(
         &self,
@@ -72,14 +89,17 @@ impl Kernels {
         rows: usize,
         e_lo: usize,
         ids: &'a wgpu::Buffer,
-        x: &'a wgpu::Buffer,
+        x: ExpertsInput<'a>,
         y: &'a wgpu::Buffer,
         n_pairs: usize,
         x_div: usize,
     ) -> Result<Launch<'a>> {
+        let q8 = matches!(x, ExpertsInput::Q8 { .. });
         let what = format!(
-            "matvec_experts {:?} [{rows}, {}] x {n_pairs} pairs",
-            part.ty, part.cols
+            "matvec_experts {:?} [{rows}, {}] x {n_pairs} pairs{}",
+            part.ty,
+            part.cols,
+            if q8 { " (8-bit)" } else { "" }
         );
         if rows == 0 || !part.rows.is_multiple_of(rows) || n_pairs == 0 || x_div == 0 {
             return Err(Error::Gpu(format!(
@@ -93,23 +113,52 @@ impl Kernels {
             )));
         }
         let cols = part.cols;
-        check_len(
-            &format!("{what}: x"),
-            x,
-            (n_pairs / x_div).saturating_mul(cols),
-        )?;
+        let n_x = n_pairs / x_div;
+        match x {
+            ExpertsInput::F32(x) => {
+                check_len(&format!("{what}: x"), x, n_x.saturating_mul(cols))?;
+            }
+            ExpertsInput::Q8 { qx, qd } => {
+                if !part.ty.has_q8_path() || !cols.is_multiple_of(QK as usize) {
+                    return Err(Error::Gpu(format!(
+                        "{what}: 8-bit inputs need a format with an integer path and whole \
+                         chunks of {QK} columns"
+                    )));
+                }
+                check_len(&format!("{what}: qx"), qx, qx_words(n_x, cols))?;
+                check_len(&format!("{what}: qd"), qd, qd_vec4s(n_x, cols) * 4)?;
+            }
+        }
         check_len(&format!("{what}: y"), y, n_pairs.saturating_mul(rows))?;
         check_len(&format!("{what}: ids"), ids, n_pairs)?;
         to_u32(n_pairs.saturating_mul(rows), "matvec_experts y elements")?;
-        to_u32(
-            (n_pairs / x_div).saturating_mul(cols),
-            "matvec_experts x elements",
-        )?;
+        to_u32(n_x.saturating_mul(cols), "matvec_experts x elements")?;
         let rows_u = to_u32(rows, "rows")?;
         let cols_u = to_u32(cols, "cols")?;
-        let row_groups = rows_u.div_ceil(self.workgroup_size);
-        let total = row_groups
-            .checked_mul(to_u32(n_pairs, "n_pairs")?)
+        // The 8-bit kernel's invocations take 4 rows each.
+        let rows_per_group = self.workgroup_size * if q8 { 4 } else { 1 };
+        let row_groups = rows_u.div_ceil(rows_per_group);
+        let n_pairs_u = to_u32(n_pairs, "n_pairs")?;
+        let experts = to_u32(part.rows / rows, "experts")?;
+        // The 8-bit kernel's workgroups: (chunk of the pair list, expert, row group). A chunk
+        // holds about 4 tiles of an expert's pairs when routing is even, so a tile cut by a
+        // chunk's end wastes little, while a hot expert's pairs still spread over chunks.
+        let (chunk, n_chunks) = if q8 {
+            let chunk = experts
+                .saturating_mul(4 * EXPERTS_TILE)
+                .max(64)
+                .min(n_pairs_u);
+            (chunk, n_pairs_u.div_ceil(chunk))
+        } else {
+            (0, 0)
+        };
+        let units = if q8 {
+            experts.checked_mul(n_chunks)
+        } else {
+            Some(n_pairs_u)
+        };
+        let total = units
+            .and_then(|u| u.checked_mul(row_groups))
             .ok_or_else(|| Error::Gpu(format!("{what}: too many workgroups")))?;
         let groups = grid(total, self.max_groups_per_dim)?;
         let params = MatvecExpertsParams {
@@ -117,22 +166,26 @@ impl Kernels {
             cols: cols_u,
             blocks_per_row: cols_u.div_ceil(QK),
             groups_x: groups.0,
-            n_pairs: to_u32(n_pairs, "n_pairs")?,
+            n_pairs: n_pairs_u,
             x_div: to_u32(x_div, "x_div")?,
             row_groups,
             e_lo: to_u32(e_lo, "e_lo")?,
             e_hi: to_u32(e_lo + part.rows / rows, "e_hi")?,
+            chunk,
+            n_chunks,
             pad0: 0,
-            pad1: 0,
-            pad2: 0,
         };
         let mut bufs = vec![(0, &part.quants)];
         if let Some(s) = &part.scales {
             bufs.push((1, s));
         }
-        bufs.extend([(2, x), (3, y), (4, ids)]);
+        match x {
+            ExpertsInput::F32(x) => bufs.extend([(2, x), (3, y)]),
+            ExpertsInput::Q8 { qx, qd } => bufs.extend([(2, qx), (3, qd), (6, y)]),
+        }
+        bufs.push((4, ids));
         Ok(Launch::new(
-            KernelKey::MatvecExperts { ty: part.ty },
+            KernelKey::MatvecExperts { ty: part.ty, q8 },
             &params,
             &bufs,
             5,

@@ -4,7 +4,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-/// Uniform parameters of `shaders/matvec.wgsl` (`struct MatvecParams`).
+/// Uniform parameters of the f32-activation matvecs (`struct MatvecParams` of
+/// `shaders/matvec_params.wgsl`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct MatvecParams {
@@ -222,8 +223,8 @@ pub struct QuantizeActParams {
     pub pad1: u32,
 }
 
-/// Uniform parameters of `shaders/matvec_q8.wgsl` (`struct MatvecQ8Params`; the same fields
-/// as the f32 batched matvec's).
+/// Uniform parameters of the integer kernels (`struct MatvecQ8Params` of
+/// `shaders/q8_params.wgsl`; the same fields as the f32 batched matvec's).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct MatvecQ8Params {
@@ -273,7 +274,8 @@ pub struct MoeRouteParams {
     pub pad2: u32,
 }
 
-/// Uniform parameters of `shaders/matvec_experts.wgsl` (`struct MatvecExpertsParams`).
+/// Uniform parameters of the routed experts' kernels (`struct MatvecExpertsParams` of
+/// `shaders/experts/header.wgsl`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct MatvecExpertsParams {
@@ -293,9 +295,11 @@ pub struct MatvecExpertsParams {
     /// the experts the launch's weight binding holds: e_lo..e_hi
     pub e_lo: u32,
     pub e_hi: u32,
+    /// `shaders/matmul_experts.wgsl`: pairs scanned by one workgroup, and how many such chunks
+    /// (0 for the matvec)
+    pub chunk: u32,
+    pub n_chunks: u32,
     pub pad0: u32,
-    pub pad1: u32,
-    pub pad2: u32,
 }
 
 /// Uniform parameters of `shaders/moe_combine.wgsl` (`struct MoeCombineParams`).

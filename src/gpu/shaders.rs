@@ -54,11 +54,15 @@ const QUANT_Q8_0_F16: &str = include_str!("../../shaders/quant/f16/q8_0.wgsl");
 const QUANT_F16_F16: &str = include_str!("../../shaders/quant/f16/f16.wgsl");
 const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
 const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
+const MATVEC_PARAMS: &str = include_str!("../../shaders/matvec_params.wgsl");
+const LOAD_X4: &str = include_str!("../../shaders/load_x4.wgsl");
 const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
 const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
 // The subgroup variant of MATVEC_Q8: one subgroup per row (no reduce fragment).
 const MATVEC_Q8_SG: &str = include_str!("../../shaders/matvec_q8_sg.wgsl");
 // Head shared by the two row-layout integer kernels (parameters and activation bindings).
+const Q8_ACT: &str = include_str!("../../shaders/q8_act.wgsl");
+const Q8_PARAMS: &str = include_str!("../../shaders/q8_params.wgsl");
 const Q8_ROWS_HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
 const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
 const MATMUL_Q8_ROWS: &str = include_str!("../../shaders/matmul_q8_rows.wgsl");
@@ -94,7 +98,9 @@ const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wg
 const ATTENTION_PREFILL_LANES: &str = include_str!("../../shaders/attention_prefill_lanes.wgsl");
 const BANDWIDTH: &str = include_str!("../../shaders/bandwidth.wgsl");
 const MOE_ROUTE: &str = include_str!("../../shaders/moe_route.wgsl");
+const EXPERTS_HEADER: &str = include_str!("../../shaders/experts/header.wgsl");
 const MATVEC_EXPERTS: &str = include_str!("../../shaders/matvec_experts.wgsl");
+const EXPERTS_Q8: &str = include_str!("../../shaders/experts_q8.wgsl");
 const MOE_COMBINE: &str = include_str!("../../shaders/moe_combine.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
@@ -348,8 +354,10 @@ pub enum KernelKey {
     /// logits (standalone).
     MoeRoute,
     /// `shaders/matvec_experts.wgsl`: the routed experts' matvecs over a stack of every
-    /// expert's matrix in `ty`, the expert ids read on the GPU (no reduction).
-    MatvecExperts { ty: WeightFormat },
+    /// expert's matrix in `ty`, the expert ids read on the GPU (no reduction), f32 inputs;
+    /// `q8`: `shaders/experts_q8.wgsl`, the same products over 8-bit activations in the
+    /// CPU's integer arithmetic, the pairs grouped by expert (a `ty` with an integer path).
+    MatvecExperts { ty: WeightFormat, q8: bool },
     /// `shaders/moe_combine.wgsl`: the experts' outputs weighted and summed, plus the gated
     /// shared expert (standalone).
     MoeCombine,
@@ -417,7 +425,12 @@ impl KernelKey {
             keys.push(KernelKey::MatvecRows { ty });
         }
         keys.push(KernelKey::MoeRoute);
-        keys.extend(WeightFormat::ALL.map(|ty| KernelKey::MatvecExperts { ty }));
+        for ty in WeightFormat::ALL {
+            keys.push(KernelKey::MatvecExperts { ty, q8: false });
+            if ty.has_q8_path() {
+                keys.push(KernelKey::MatvecExperts { ty, q8: true });
+            }
+        }
         keys.push(KernelKey::MoeCombine);
         keys
     }
@@ -622,9 +635,11 @@ impl KernelKey {
             KernelKey::RmsNormQuant { .. } => format!("rmsnorm_quant{sg}"),
             KernelKey::SwigluQuant => "swiglu_quant".into(),
             KernelKey::MoeRoute => "moe_route".into(),
-            KernelKey::MatvecExperts { ty } => {
-                format!("matvec_experts_{}", ty.ggml().name().to_lowercase())
-            }
+            KernelKey::MatvecExperts { ty, q8 } => format!(
+                "matvec_experts_{}{}",
+                if q8 { "q8_" } else { "" },
+                ty.ggml().name().to_lowercase()
+            ),
             KernelKey::MoeCombine => "moe_combine".into(),
         }
     }
@@ -639,10 +654,12 @@ impl KernelKey {
         };
         let parts: Vec<&str> = match *self {
             KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
-            KernelKey::MatvecRows { ty } => vec![ty.fragment(), MATVEC_ROWS],
+            KernelKey::MatvecRows { ty } => {
+                vec![ty.fragment(), MATVEC_PARAMS, LOAD_X4, MATVEC_ROWS]
+            }
             KernelKey::Matvec { ty, .. } => match ty.f16_fragment() {
-                Some(q) if self.uses_f16() => vec![q, reduce, MATVEC],
-                _ => vec![reduce, ty.fragment(), MATVEC],
+                Some(q) if self.uses_f16() => vec![q, reduce, MATVEC_PARAMS, LOAD_X4, MATVEC],
+                _ => vec![reduce, ty.fragment(), MATVEC_PARAMS, LOAD_X4, MATVEC],
             },
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
@@ -682,24 +699,53 @@ impl KernelKey {
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
             KernelKey::MatvecQ8 { ty, subgroup } => {
                 if subgroup {
-                    vec![ty.fragment(), MATVEC_Q8_SG, Q8_OUT_STORE]
+                    vec![ty.fragment(), Q8_ACT, Q8_PARAMS, MATVEC_Q8_SG, Q8_OUT_STORE]
                 } else {
-                    vec![reduce, ty.fragment(), MATVEC_Q8, Q8_OUT_STORE]
+                    vec![
+                        reduce,
+                        ty.fragment(),
+                        Q8_ACT,
+                        Q8_PARAMS,
+                        MATVEC_Q8,
+                        Q8_OUT_STORE,
+                    ]
                 }
             }
             KernelKey::MatvecQ8Rows { ty } => {
-                vec![ty.fragment(), Q8_ROWS_HEADER, MATVEC_Q8_ROWS, Q8_OUT_STORE]
+                vec![
+                    ty.fragment(),
+                    Q8_ACT,
+                    Q8_PARAMS,
+                    Q8_ROWS_HEADER,
+                    MATVEC_Q8_ROWS,
+                    Q8_OUT_STORE,
+                ]
             }
             KernelKey::MatvecQ8Out { ty, out, subgroup } => {
                 if subgroup {
-                    vec![ty.fragment(), MATVEC_Q8_SG, out.fragment()]
+                    vec![
+                        ty.fragment(),
+                        Q8_ACT,
+                        Q8_PARAMS,
+                        MATVEC_Q8_SG,
+                        out.fragment(),
+                    ]
                 } else {
-                    vec![reduce, ty.fragment(), MATVEC_Q8, out.fragment()]
+                    vec![
+                        reduce,
+                        ty.fragment(),
+                        Q8_ACT,
+                        Q8_PARAMS,
+                        MATVEC_Q8,
+                        out.fragment(),
+                    ]
                 }
             }
             KernelKey::MatvecQ8RowsOut { ty, out } => {
                 vec![
                     ty.fragment(),
+                    Q8_ACT,
+                    Q8_PARAMS,
                     Q8_ROWS_HEADER,
                     MATVEC_Q8_ROWS,
                     out.fragment(),
@@ -707,6 +753,8 @@ impl KernelKey {
             }
             KernelKey::MatmulQ8Rows { ty, out, subgroup } => vec![
                 ty.fragment(),
+                Q8_ACT,
+                Q8_PARAMS,
                 Q8_ROWS_HEADER,
                 Q8_ROWS_MATMUL_TILE,
                 if subgroup {
@@ -719,7 +767,13 @@ impl KernelKey {
             KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],
             KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
             KernelKey::MoeRoute => vec![MOE_ROUTE],
-            KernelKey::MatvecExperts { ty } => vec![ty.fragment(), MATVEC_EXPERTS],
+            KernelKey::MatvecExperts { ty, q8 } => {
+                if q8 {
+                    vec![ty.fragment(), Q8_ACT, EXPERTS_HEADER, EXPERTS_Q8]
+                } else {
+                    vec![ty.fragment(), LOAD_X4, EXPERTS_HEADER, MATVEC_EXPERTS]
+                }
+            }
             KernelKey::MoeCombine => vec![MOE_COMBINE],
         };
         parts.join("\n")

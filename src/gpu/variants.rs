@@ -112,7 +112,7 @@ pub fn weight_format(key: &KernelKey) -> Option<WeightFormat> {
         | KernelKey::MatvecQ8Out { ty, .. }
         | KernelKey::MatvecQ8RowsOut { ty, .. }
         | KernelKey::MatmulQ8Rows { ty, .. }
-        | KernelKey::MatvecExperts { ty } => Some(ty),
+        | KernelKey::MatvecExperts { ty, .. } => Some(ty),
         KernelKey::RmsNorm { .. }
         | KernelKey::Rope
         | KernelKey::Swiglu

@@ -1,7 +1,7 @@
 //! The GPU backend's mixture-of-experts step: the router's logits, the routing, each routed
-//! expert's gate, up and down matvecs read from the stacks by the ids the routing left on the
-//! GPU, the shared expert, and the weighted sum, all recorded into the pass's command buffer
-//! (nothing is read back).
+//! expert's gate, up and down products read from the stacks by the ids the routing left on
+//! the GPU (over 8-bit activations as the dense matmuls, else f32), the shared expert, and the
+//! weighted sum, all recorded into the pass's command buffer (nothing is read back).
 
 use std::sync::Arc;
 
@@ -9,6 +9,7 @@ use super::{GpuAct, GpuBackend};
 use crate::backend::{Backend, WeightId};
 use crate::config::Moe;
 use crate::error::{Error, Result};
+use crate::gpu::moe::ExpertsInput;
 
 /// Buffers of the expert step for batches of up to `tokens` tokens, made at the first mixture
 /// block a session runs here.
@@ -69,6 +70,19 @@ impl GpuBackend {
         r
     }
 
+    /// Whether block `l`'s expert stacks take the 8-bit kernel: every part in a format with
+    /// an integer path and 8-bit activations on (as the dense matmuls decide).
+    fn experts_q8(&mut self, l: usize) -> Result<bool> {
+        use WeightId::*;
+        for w in [GateExps(l), UpExps(l), DownExps(l)] {
+            let mat = self.weight(w)?;
+            if !mat.parts.iter().all(|p| self.q8_path(&p.m)) {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// The routed experts of `stack` (GateExps, UpExps or DownExps of a block) over the
     /// routing in `ids`: y[p] = W_{ids[p]} x[p / x_div] for the `pairs` pairs, one launch per
     /// part of the stack (each holds whole experts of `rows` rows).
@@ -78,7 +92,7 @@ impl GpuBackend {
         stack: WeightId,
         rows: usize,
         ids: &GpuAct,
-        x: &GpuAct,
+        x: ExpertsInput,
         y: &GpuAct,
         pairs: usize,
         x_div: usize,
@@ -98,7 +112,7 @@ impl GpuBackend {
                 rows,
                 p.row0 / rows,
                 &ids.buf,
-                &x.buf,
+                x,
                 &y.buf,
                 pairs,
                 x_div,
@@ -147,12 +161,29 @@ impl GpuBackend {
         self.written(&b.ids.buf);
         self.written(&b.weights.buf);
         let pairs = n * k;
-        // Every slot of a token reads the token's input; each pair's down projection its own
-        // activations.
-        self.experts_matvec(GateExps(l), ff, &b.ids, x, &b.g, pairs, k)?;
-        self.experts_matvec(UpExps(l), ff, &b.ids, x, &b.u, pairs, k)?;
-        self.glu(&mut b.g, &b.u, pairs * ff)?;
-        self.experts_matvec(DownExps(l), d, &b.ids, &b.g, &b.y, pairs, 1)?;
+        // Every slot of a token reads the token's input (x_div = k); each pair's down
+        // projection its own activations (x_div = 1).
+        if self.experts_q8(l)? {
+            // The CPU's scheme: the input to int8 chunks once for the gate and up stacks, the
+            // activations (quantized by the fused GLU) for the down stack.
+            self.quantize_input(x, n, d)?;
+            let (qx, qd) = (self.qx.clone(), self.qd.clone());
+            let input = ExpertsInput::Q8 { qx: &qx, qd: &qd };
+            self.experts_matvec(GateExps(l), ff, &b.ids, input, &b.g, pairs, k)?;
+            self.experts_matvec(UpExps(l), ff, &b.ids, input, &b.u, pairs, k)?;
+            self.glu(&mut b.g, &b.u, pairs * ff)?;
+            self.quantize_input(&b.g, pairs, ff)?;
+            let (qx, qd) = (self.qx.clone(), self.qd.clone());
+            let input = ExpertsInput::Q8 { qx: &qx, qd: &qd };
+            self.experts_matvec(DownExps(l), d, &b.ids, input, &b.y, pairs, 1)?;
+        } else {
+            let xin = ExpertsInput::F32(&x.buf);
+            self.experts_matvec(GateExps(l), ff, &b.ids, xin, &b.g, pairs, k)?;
+            self.experts_matvec(UpExps(l), ff, &b.ids, xin, &b.u, pairs, k)?;
+            self.glu(&mut b.g, &b.u, pairs * ff)?;
+            let gin = ExpertsInput::F32(&b.g.buf);
+            self.experts_matvec(DownExps(l), d, &b.ids, gin, &b.y, pairs, 1)?;
+        }
         if let Some([sg, su, sy, gate]) = b.shared.as_mut() {
             let fs = moe.n_ff_shared.unwrap_or(0);
             self.matmul_parts(GateShexp(l), x, n, sg, false)?;

@@ -1,13 +1,18 @@
 //! Checks of the mixture-of-experts kernels against kernels-ref: the routing (expert ids
 //! exactly, ties included; weights to the softmax's rounding), the routed experts' matvecs
-//! over a stack split across two bindings (every pair against kernels-ref's matvec of its
+//! over f32 and 8-bit inputs, over a stack split across two bindings (every pair against kernels-ref's matvec of its
 //! expert's rows), and the weighted sum with and without a shared expert.
 
 use super::checks::{matrix_cases, oracle, weights};
+use super::checks_q8::block_offset;
 use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
+use crate::cpu::act::QAct;
+use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Kernels};
+use crate::gpu::moe::ExpertsInput;
+use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::repack::repack;
 use crate::gpu::shaders::{KernelKey, WeightFormat};
 
@@ -70,24 +75,23 @@ pub(super) fn moe_route(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> R
     Ok(worst)
 }
 
+/// The routed experts' products against kernels-ref's matvec of each pair's expert (f32
+/// inputs) or the CPU's integer matmul of it (`q8`: the inputs quantized on the GPU first),
+/// over a stack split in two bindings; the 8-bit kernel also over a prompt's pairs (several
+/// tiles of a hot expert, partial tiles, a pair list cut in chunks) and a token's.
 pub(super) fn matvec_experts(
     ctx: &GpuContext,
     ks: &mut Kernels,
     key: KernelKey,
     ty: WeightFormat,
+    q8: bool,
 ) -> Result<Worst> {
     let mut worst = Worst::new();
     let (n_expert, k) = (5usize, 2usize);
+    let tokens: &[usize] = if q8 { &[45, 1] } else { &[3] };
     for (case, (rows, cols, grid)) in matrix_cases(ty).into_iter().enumerate() {
-        let n = 3; // tokens
-        let n_pairs = n * k;
         let data = weights(ty, n_expert * rows, cols, 0x3e3e_1234 ^ case as u64)?;
         let row_bytes = data.len() / (n_expert * rows);
-        let mut rng = Rng(0x0e1d_5eed ^ (rows * 7 + cols) as u64);
-        // Pair p's expert: spread over the stack (both parts), one expert twice for a token.
-        let ids: Vec<u32> = (0..n_pairs)
-            .map(|p| ((p * 3 + case) % n_expert) as u32)
-            .collect(); // [n_pairs]
         let wd = oracle(kernels_ref::dequantize_vec(
             ty.ggml(),
             &data,
@@ -106,50 +110,94 @@ pub(super) fn matvec_experts(
                 &repack(ty, bytes, ne * rows, cols)?,
             )?);
         }
-        let idb = kernels::upload_u32(ctx, "ids", &ids)?;
-        // Gate and up read each token's input (x_div = k); down reads one input per pair.
-        for x_div in [k, 1] {
-            let x = rng.values(n_pairs / x_div * cols, 2.0); // [n_pairs / x_div, cols]
-            let mut want = vec![0f32; n_pairs * rows]; // [n_pairs, rows]
-            for p in 0..n_pairs {
-                let e = ids[p] as usize;
-                let w = &data[e * rows * row_bytes..(e + 1) * rows * row_bytes];
-                let xr = &x[(p / x_div) * cols..(p / x_div + 1) * cols];
-                oracle(kernels_ref::matvec(
-                    ty.ggml(),
-                    w,
-                    rows,
-                    cols,
-                    xr,
-                    &mut want[p * rows..(p + 1) * rows],
-                ))?;
-            }
-            // As the matvec check: (cols + 2) u sum |w x| for any summation order.
-            let tol: Vec<f64> = (0..n_pairs * rows)
-                .map(|i| {
-                    let (p, r) = (i / rows, i % rows);
-                    let wr = (ids[p] as usize * rows + r) * cols;
-                    let xr = (p / x_div) * cols;
-                    let abs: f64 = (0..cols)
-                        .map(|c| f64::from(wd[wr + c]).abs() * f64::from(x[xr + c]).abs())
-                        .sum();
-                    (cols as f64 + 2.0) * U * abs + f64::MIN_POSITIVE
+        for &n in tokens {
+            let n_pairs = n * k;
+            let mut rng = Rng(0x0e1d_5eed ^ (rows * 7 + cols + n) as u64);
+            // Pair p's expert: spread over the stack (both parts), one expert twice for a
+            // token; in a prompt expert 1 takes every third pair besides (a hot expert).
+            let ids: Vec<u32> = (0..n_pairs)
+                .map(|p| {
+                    if n > 1 && q8 && p % 3 == 0 {
+                        1
+                    } else {
+                        ((p * 3 + case) % n_expert) as u32
+                    }
                 })
-                .collect();
-            let xb = kernels::upload_f32(ctx, "x", &x)?;
-            let yb = poisoned(ctx, "y", &vec![f32::NAN; n_pairs * rows])?;
-            if let Some(g) = grid {
-                ks.max_groups_per_dim = g;
+                .collect(); // [n_pairs]
+            let idb = kernels::upload_u32(ctx, "ids", &ids)?;
+            // Gate and up read each token's input (x_div = k); down one input per pair.
+            for x_div in [k, 1] {
+                let n_x = n_pairs / x_div;
+                let x = rng.values(n_x * cols, 2.0); // [n_x, cols]
+                let mut want = vec![0f32; n_pairs * rows]; // [n_pairs, rows]
+                let mut qa = QAct::default();
+                if q8 {
+                    qa.quantize_scalar(&x, n_x, cols);
+                }
+                for p in 0..n_pairs {
+                    let e = ids[p] as usize;
+                    let w = &data[e * rows * row_bytes..(e + 1) * rows * row_bytes];
+                    let xr = &x[(p / x_div) * cols..(p / x_div + 1) * cols];
+                    let out = &mut want[p * rows..(p + 1) * rows];
+                    if q8 {
+                        let view = WeightView::new(ty.ggml(), w, rows, cols)?;
+                        crate::cpu::matmul(&view, xr, 1, out, &mut MatmulScratch::default())?;
+                    } else {
+                        oracle(kernels_ref::matvec(ty.ggml(), w, rows, cols, xr, out))?;
+                    }
+                }
+                let tol: Vec<f64> = (0..n_pairs * rows)
+                    .map(|i| {
+                        let (p, r) = (i / rows, i % rows);
+                        let wr = (ids[p] as usize * rows + r) * cols;
+                        let xr = (p / x_div) * cols;
+                        if q8 {
+                            // As the integer matvec check: 2 (nc + 8) u Σ (|w| + 2|c|)
+                            // (|x| + d_x) for the same chunk terms added in any order.
+                            let s: f64 = (0..cols)
+                                .map(|c| {
+                                    let dx = f64::from(qa.d[(xr + c) / 32]);
+                                    let off = block_offset(ty, &data, (wr + c) / 32);
+                                    (f64::from(wd[wr + c]).abs() + 2.0 * off)
+                                        * (f64::from(x[xr + c]).abs() + dx)
+                                })
+                                .sum();
+                            2.0 * ((cols / 32) as f64 + 8.0) * U * s + f64::MIN_POSITIVE
+                        } else {
+                            // As the matvec check: (cols + 2) u Σ |w x| for any order.
+                            let abs: f64 = (0..cols)
+                                .map(|c| f64::from(wd[wr + c]).abs() * f64::from(x[xr + c]).abs())
+                                .sum();
+                            (cols as f64 + 2.0) * U * abs + f64::MIN_POSITIVE
+                        }
+                    })
+                    .collect();
+                let xb = kernels::upload_f32(ctx, "x", &x)?;
+                let qxb = kernels::upload_u32(ctx, "qx", &vec![0u32; qx_words(n_x, cols)])?;
+                let qdb = kernels::upload_f32(ctx, "qd", &vec![0f32; qd_vec4s(n_x, cols) * 4])?;
+                let input = if q8 {
+                    ExpertsInput::Q8 { qx: &qxb, qd: &qdb }
+                } else {
+                    ExpertsInput::F32(&xb)
+                };
+                let yb = poisoned(ctx, "y", &vec![f32::NAN; n_pairs * rows])?;
+                if let Some(g) = grid {
+                    ks.max_groups_per_dim = g;
+                }
+                let mut ds = Vec::new();
+                if q8 {
+                    let launch = ks.quantize_act_launch(&xb, &qxb, &qdb, n_x, cols)?;
+                    ds.push(ks.prepare(ctx, launch)?);
+                }
+                for (m, &(e_lo, _, _)) in mats.iter().zip(&parts) {
+                    let launch =
+                        ks.matvec_experts_launch(m, rows, e_lo, &idb, input, &yb, n_pairs, x_div)?;
+                    ds.push(prepare(ctx, ks, launch, key)?);
+                }
+                kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
+                let got = read_guarded(ctx, &yb, n_pairs * rows, &mut worst)?;
+                worst.add_all(&got, &want, |i| tol[i]);
             }
-            let mut ds = Vec::new();
-            for (m, &(e_lo, _, _)) in mats.iter().zip(&parts) {
-                let launch =
-                    ks.matvec_experts_launch(m, rows, e_lo, &idb, &xb, &yb, n_pairs, x_div)?;
-                ds.push(prepare(ctx, ks, launch, key)?);
-            }
-            kernels::run(ctx, &ds.iter().collect::<Vec<_>>())?;
-            let got = read_guarded(ctx, &yb, n_pairs * rows, &mut worst)?;
-            worst.add_all(&got, &want, |i| tol[i]);
         }
     }
     Ok(worst)

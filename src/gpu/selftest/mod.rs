@@ -115,7 +115,14 @@ pub fn names(key: &KernelKey) -> (String, String) {
         KernelKey::AttentionPrefillLanes { kv } => ("attention_prefill_lanes", kv.signature()),
         KernelKey::BandwidthProbe => ("bandwidth_probe", "-".into()),
         KernelKey::MoeRoute => ("moe_route", "-".into()),
-        KernelKey::MatvecExperts { ty } => ("matvec_experts", fmt(ty)),
+        KernelKey::MatvecExperts { ty, q8 } => (
+            if q8 {
+                "matvec_experts_q8"
+            } else {
+                "matvec_experts"
+            },
+            fmt(ty),
+        ),
         KernelKey::MoeCombine => ("moe_combine", "-".into()),
     };
     (kernel.to_string(), variant)
@@ -362,7 +369,7 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
         KernelKey::SwigluQuant => checks_fused::swiglu_quant(ctx, ks, key),
         KernelKey::BandwidthProbe => checks_probe::bandwidth_probe(ctx, ks, key),
         KernelKey::MoeRoute => checks_moe::moe_route(ctx, ks, key),
-        KernelKey::MatvecExperts { ty } => checks_moe::matvec_experts(ctx, ks, key, ty),
+        KernelKey::MatvecExperts { ty, q8 } => checks_moe::matvec_experts(ctx, ks, key, ty, q8),
         KernelKey::MoeCombine => checks_moe::moe_combine(ctx, ks, key),
     }
 }
