@@ -46,7 +46,8 @@
 //!                                    // mean t/s over the run's `cpu` configuration's
 //!     "storage": Storage | null,     // with a memory plan (streamed blocks' reads)
 //!     "experts": { "hit_rate": float, "read_bytes_per_token": float,
-//!                  "read_s_per_token": float, "compute_s_per_token": float,
+//!                  "read_s_per_token": float, "wait_s_per_token": float,
+//!                  "compute_s_per_token": float,
 //!                  "held": int, "held_bytes": int, "capacity_bytes": int } | null
 //!                                    // an expert cache, over the timed decode runs
 //!   } ]
@@ -362,6 +363,7 @@ fn run_config(
                     misses: e.misses + d.misses,
                     bytes_read: e.bytes_read + d.bytes_read,
                     read_s: e.read_s + d.read_s,
+                    wait_s: e.wait_s + d.wait_s,
                     ..d
                 },
             });
@@ -434,7 +436,8 @@ fn run_config(
             hit_rate: x.hit_rate(),
             read_bytes_per_token: x.bytes_read as f64 / tokens,
             read_s_per_token: x.read_s / tokens,
-            compute_s_per_token: (decode_s - x.read_s).max(0.0) / tokens,
+            wait_s_per_token: x.wait_s / tokens,
+            compute_s_per_token: (decode_s - x.wait_s).max(0.0) / tokens,
             held: x.held,
             held_bytes: x.held_bytes,
             capacity_bytes: x.capacity_bytes,

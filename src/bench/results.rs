@@ -125,9 +125,10 @@ pub struct ExpertResult {
     pub hit_rate: f64,
     /// Bytes of experts read from storage per decoded token.
     pub read_bytes_per_token: f64,
-    /// A decoded token's time split: reading missed experts (the compute waits for them), and
-    /// the rest.
+    /// Seconds per decoded token reading missed experts (overlapping the held experts'
+    /// compute), and the token's time split: waiting for those reads, and the rest.
     pub read_s_per_token: f64,
+    pub wait_s_per_token: f64,
     pub compute_s_per_token: f64,
     /// Experts held at the end, their bytes, and the cache's capacity.
     pub held: usize,

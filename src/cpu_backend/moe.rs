@@ -9,7 +9,8 @@ use super::{matmul_f32_act, CpuBackend, MatRef};
 use crate::backend::{Backend, WeightId};
 use crate::cpu::WeightView;
 use crate::error::{Error, Result};
-use crate::memory::experts::Expert;
+use crate::memory::experts::{Expert, Held, Misses};
+use std::time::Instant;
 
 /// Buffers of the expert step, grown to the largest batch seen and then reused.
 #[derive(Default)]
@@ -93,13 +94,39 @@ impl CpuBackend {
         lock(cache)?.count(l, &uses)
     }
 
-    /// Experts `ids` of block `l` as the expert cache holds or reads them (all needed at once);
-    /// `None` each without a cache (the experts are read from the map).
-    fn held_experts(&self, l: usize, ids: &[usize]) -> Result<Vec<Option<Arc<Expert>>>> {
+    /// Experts `ids` of block `l` (all needed by this pass): those the expert cache holds
+    /// (`None` where not), and the misses to read; without a cache every expert is read from
+    /// the map and there are no misses.
+    fn lookup_experts(&self, l: usize, ids: &[usize]) -> Result<(Held, Option<Misses>)> {
         match &self.experts {
-            None => Ok(vec![None; ids.len()]),
-            Some(cache) => Ok(lock(cache)?.fetch(l, ids)?.into_iter().map(Some).collect()),
+            None => Ok((vec![None; ids.len()], None)),
+            Some(cache) => {
+                let (held, misses) = lock(cache)?.lookup(l, ids)?;
+                Ok((held, (!misses.is_empty()).then_some(misses)))
+            }
         }
+    }
+
+    /// Counts and (if its score earns a place) holds expert `e` of block `l` as read, and the
+    /// pass's read and wait times when given.
+    fn admit_read(
+        &self,
+        l: usize,
+        e: usize,
+        x: Result<Expert>,
+        needed: &[usize],
+    ) -> Result<Arc<Expert>> {
+        let cache = self.experts.as_ref().ok_or_else(|| {
+            Error::InvalidArgument("an expert was read without an expert cache".into())
+        })?;
+        Ok(lock(cache)?.admit_read(l, e, x?, needed))
+    }
+
+    fn add_read_times(&self, read_s: f64, wait_s: f64) -> Result<()> {
+        if let Some(cache) = &self.experts {
+            lock(cache)?.add_times(read_s, wait_s);
+        }
+        Ok(())
     }
 
     /// ys[i]: [n, views[i].rows] = x: [n, cols] · views[i]ᵀ, the fast kernels or (with
@@ -149,12 +176,7 @@ impl CpuBackend {
         s: &mut MoeScratch,
     ) -> Result<()> {
         use WeightId::*;
-        let (n_expert, k, ff, d) = (
-            moe.n_expert,
-            moe.n_expert_used,
-            moe.n_ff_exp,
-            self.cfg.n_embd,
-        );
+        let (n_expert, k, d) = (moe.n_expert, moe.n_expert_used, self.cfg.n_embd);
         // Route: logits [n, n_expert], then each token's k experts and weights.
         grow(&mut s.logits, n * n_expert);
         self.matmul(GateInp(l), xv, n, &mut s.logits)?;
@@ -182,44 +204,16 @@ impl CpuBackend {
                     groups[e].push((t, s.weights[t * k + j]));
                 }
             }
-            for (e, toks) in groups.iter().enumerate().filter(|(_, g)| !g.is_empty()) {
-                let m = toks.len();
-                grow(&mut s.xs, m * d);
-                for (i, &(t, _)) in toks.iter().enumerate() {
-                    s.xs[i * d..(i + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+            let chosen: Vec<usize> = (0..n_expert).filter(|&e| !groups[e].is_empty()).collect();
+            let (held, misses) = self.lookup_experts(l, &chosen)?;
+            match misses {
+                None => {
+                    for (&e, h) in chosen.iter().zip(&held) {
+                        self.expert_over_tokens(l, e, h.as_deref(), &groups[e], x, out, s)?;
+                    }
                 }
-                grow(&mut s.g, m * ff);
-                grow(&mut s.u, m * ff);
-                grow(&mut s.y, m * d);
-                // One expert at a time: a prefill's working set is one expert, not all.
-                let held = self.held_experts(l, &[e])?;
-                let h = held[0].as_deref();
-                let gate = self.expert_view(GateExps(l), e, h)?;
-                let up = self.expert_view(UpExps(l), e, h)?;
-                let down = self.expert_view(DownExps(l), e, h)?;
-                let f32_act = self.f32_activations;
-                Self::matmul_views(
-                    f32_act,
-                    &mut s.mm,
-                    &[gate, up],
-                    &s.xs[..m * d],
-                    m,
-                    &mut [&mut s.g[..m * ff], &mut s.u[..m * ff]],
-                )?;
-                crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..m * ff], &s.u[..m * ff])?;
-                Self::matmul_views(
-                    f32_act,
-                    &mut s.mm,
-                    &[down],
-                    &s.g[..m * ff],
-                    m,
-                    &mut [&mut s.y[..m * d]],
-                )?;
-                for (i, &(t, w)) in toks.iter().enumerate() {
-                    let row = &mut out[t * d..(t + 1) * d];
-                    row.iter_mut()
-                        .zip(&s.y[i * d..(i + 1) * d])
-                        .for_each(|(o, y)| *o += w * y);
+                Some(misses) => {
+                    self.experts_reading_ahead(l, &chosen, &groups, held, &misses, x, out, s)?
                 }
             }
         }
@@ -229,9 +223,121 @@ impl CpuBackend {
         Ok(())
     }
 
+    /// Expert `e` of block `l` (`h`: as the expert cache holds it) over its tokens `toks`
+    /// (token, routing weight): out[t] += w * expert(x[t]).
+    #[allow(clippy::too_many_arguments)]
+    fn expert_over_tokens(
+        &self,
+        l: usize,
+        e: usize,
+        h: Option<&Expert>,
+        toks: &[(usize, f32)],
+        x: &[f32],
+        out: &mut [f32],
+        s: &mut MoeScratch,
+    ) -> Result<()> {
+        use WeightId::*;
+        let (d, m) = (self.cfg.n_embd, toks.len());
+        let ff = self.cfg.moe.as_ref().map_or(0, |c| c.n_ff_exp);
+        grow(&mut s.xs, m * d);
+        for (i, &(t, _)) in toks.iter().enumerate() {
+            s.xs[i * d..(i + 1) * d].copy_from_slice(&x[t * d..(t + 1) * d]);
+        }
+        grow(&mut s.g, m * ff);
+        grow(&mut s.u, m * ff);
+        grow(&mut s.y, m * d);
+        let gate = self.expert_view(GateExps(l), e, h)?;
+        let up = self.expert_view(UpExps(l), e, h)?;
+        let down = self.expert_view(DownExps(l), e, h)?;
+        let f32_act = self.f32_activations;
+        Self::matmul_views(
+            f32_act,
+            &mut s.mm,
+            &[gate, up],
+            &s.xs[..m * d],
+            m,
+            &mut [&mut s.g[..m * ff], &mut s.u[..m * ff]],
+        )?;
+        crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..m * ff], &s.u[..m * ff])?;
+        Self::matmul_views(
+            f32_act,
+            &mut s.mm,
+            &[down],
+            &s.g[..m * ff],
+            m,
+            &mut [&mut s.y[..m * d]],
+        )?;
+        for (i, &(t, w)) in toks.iter().enumerate() {
+            let row = &mut out[t * d..(t + 1) * d];
+            row.iter_mut()
+                .zip(&s.y[i * d..(i + 1) * d])
+                .for_each(|(o, y)| *o += w * y);
+        }
+        Ok(())
+    }
+
+    /// A batch's experts `chosen` (in order; `held` as the cache holds them) while a reader
+    /// thread reads the `misses` ahead: each expert runs as soon as it is in, so the reads
+    /// overlap the held experts' and the earlier misses' compute. The order, and so every sum,
+    /// is the one without a cache. At most `n_expert_used` experts the cache does not hold
+    /// are alive at once (the working set the memory plan counts).
+    #[allow(clippy::too_many_arguments)]
+    fn experts_reading_ahead(
+        &self,
+        l: usize,
+        chosen: &[usize],
+        groups: &[Vec<(usize, f32)>],
+        held: Held,
+        misses: &Misses,
+        x: &[f32],
+        out: &mut [f32],
+        s: &mut MoeScratch,
+    ) -> Result<()> {
+        let k = self.cfg.moe.as_ref().map_or(1, |c| c.n_expert_used);
+        // Alive: one expert computing, the queue, and the reader's group in flight.
+        let queue = k.saturating_sub(1 + crate::memory::experts::EXPERTS_IN_FLIGHT);
+        let (tx, rx) = std::sync::mpsc::sync_channel(queue);
+        std::thread::scope(|scope| {
+            let reader = scope.spawn(move || misses.read_each(|e, x| tx.send((e, x)).is_ok()));
+            let mut wait_s = 0.0;
+            let run = (|| -> Result<()> {
+                for (&e, h) in chosen.iter().zip(held) {
+                    let h = match h {
+                        Some(h) => h,
+                        None => {
+                            let t = Instant::now();
+                            let (got, xr) = rx.recv().map_err(|_| {
+                                Error::InvalidArgument(format!(
+                                    "expert {e} of block {l} was not read"
+                                ))
+                            })?;
+                            wait_s += t.elapsed().as_secs_f64();
+                            if got != e {
+                                return Err(Error::InvalidArgument(format!(
+                                    "expert {got} of block {l} was read for expert {e}"
+                                )));
+                            }
+                            self.admit_read(l, e, xr, chosen)?
+                        }
+                    };
+                    self.expert_over_tokens(l, e, Some(&h), &groups[e], x, out, s)?;
+                }
+                Ok(())
+            })();
+            // On an error the reader stops at its next hand-over (the receiver is gone).
+            drop(rx);
+            let read_s = reader.join().unwrap_or(0.0);
+            run?;
+            self.add_read_times(read_s, wait_s)
+        })
+    }
+
     /// Decode: the k experts of one token all read the same input, so their gate and up
     /// projections run as one `matmul_many` (one activation quantization, one parallel
     /// region); their down projections, each over its own activations, as one `matmul_each`.
+    /// Under an expert cache the held experts run first while a reader thread reads the
+    /// misses, which run when they are in; every expert's output is summed in routing order,
+    /// so the result is the one without a cache bit for bit.
     fn experts_of_one_token(
         &mut self,
         l: usize,
@@ -240,22 +346,91 @@ impl CpuBackend {
         out: &mut [f32],
         s: &mut MoeScratch,
     ) -> Result<()> {
-        use WeightId::*;
         let (k, ff, d) = (moe.n_expert_used, moe.n_ff_exp, self.cfg.n_embd);
         grow(&mut s.g, k * ff);
         grow(&mut s.u, k * ff);
+        grow(&mut s.y, k * d);
         let ids: Vec<usize> = s.ids[..k].iter().map(|&e| e as usize).collect();
-        let held = self.held_experts(l, &ids)?;
-        let mut views = Vec::with_capacity(2 * k);
-        for (&e, h) in ids.iter().zip(&held) {
-            views.push(self.expert_view(GateExps(l), e, h.as_deref())?);
-            views.push(self.expert_view(UpExps(l), e, h.as_deref())?);
+        let (mut held, misses) = self.lookup_experts(l, &ids)?;
+        // Slot i of the scratch holds routed expert order[i]: those at hand first.
+        let now: Vec<usize> = match &misses {
+            None => (0..k).collect(),
+            Some(_) => (0..k).filter(|&j| held[j].is_some()).collect(),
+        };
+        let mut order = now.clone();
+        order.extend((0..k).filter(|j| !now.contains(j)));
+        match &misses {
+            None => self.token_experts(l, &ids, &held, &order, 0, x, s)?,
+            Some(m) => {
+                std::thread::scope(|scope| -> Result<()> {
+                    let (tx, rx) = std::sync::mpsc::channel();
+                    let reader = scope.spawn(move || m.read_each(|e, x| tx.send((e, x)).is_ok()));
+                    let first = self.token_experts(l, &ids, &held, &order[..now.len()], 0, x, s);
+                    let t = Instant::now();
+                    let got: Vec<_> = rx.iter().take(m.experts().len()).collect();
+                    let read_s = reader.join().unwrap_or(0.0);
+                    let wait_s = t.elapsed().as_secs_f64();
+                    first?;
+                    self.add_read_times(read_s, wait_s)?;
+                    if got.len() != m.experts().len() {
+                        return Err(Error::InvalidArgument(format!(
+                            "{} of the {} experts block {l} missed were read",
+                            got.len(),
+                            m.experts().len()
+                        )));
+                    }
+                    for (e, xr) in got {
+                        let j = ids.iter().position(|&i| i == e).ok_or_else(|| {
+                            Error::InvalidArgument(format!("expert {e} of block {l} was not asked"))
+                        })?;
+                        held[j] = Some(self.admit_read(l, e, xr, &ids)?);
+                    }
+                    let rest = &order[now.len()..];
+                    self.token_experts(l, &ids, &held, rest, now.len(), x, s)
+                })?;
+            }
+        }
+        for (j, &w) in s.weights[..k].iter().enumerate() {
+            let i = order.iter().position(|&o| o == j).unwrap_or(j);
+            let y = &s.y[i * d..(i + 1) * d];
+            out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
+        }
+        Ok(())
+    }
+
+    /// The routed experts `order` (indices into `ids`; `held` as the cache holds them, else
+    /// read from the map) of one token, into scratch slots `i0..`: gate and up into s.g/s.u
+    /// ([k, n_ff_exp]), the GLU in place, down into s.y ([k, n_embd]).
+    #[allow(clippy::too_many_arguments)]
+    fn token_experts(
+        &self,
+        l: usize,
+        ids: &[usize],
+        held: &[Option<Arc<Expert>>],
+        order: &[usize],
+        i0: usize,
+        x: &[f32],
+        s: &mut MoeScratch,
+    ) -> Result<()> {
+        use WeightId::*;
+        if order.is_empty() {
+            return Ok(());
+        }
+        let (ff, d) = (
+            self.cfg.moe.as_ref().map_or(0, |c| c.n_ff_exp),
+            self.cfg.n_embd,
+        );
+        let (a, b) = (i0, i0 + order.len());
+        let mut views = Vec::with_capacity(2 * order.len());
+        for &j in order {
+            views.push(self.expert_view(GateExps(l), ids[j], held[j].as_deref())?);
+            views.push(self.expert_view(UpExps(l), ids[j], held[j].as_deref())?);
         }
         {
-            let mut ys: Vec<&mut [f32]> = Vec::with_capacity(2 * k);
-            for (g, u) in s.g[..k * ff]
+            let mut ys: Vec<&mut [f32]> = Vec::with_capacity(2 * order.len());
+            for (g, u) in s.g[a * ff..b * ff]
                 .chunks_mut(ff)
-                .zip(s.u[..k * ff].chunks_mut(ff))
+                .zip(s.u[a * ff..b * ff].chunks_mut(ff))
             {
                 ys.push(g);
                 ys.push(u);
@@ -263,34 +438,23 @@ impl CpuBackend {
             let f32_act = self.f32_activations;
             Self::matmul_views(f32_act, &mut s.mm, &views, x, 1, &mut ys)?;
         }
-        crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..k * ff], &s.u[..k * ff])?;
-        let downs = ids
+        crate::cpu::glu_in_place(
+            self.cfg.ffn_act,
+            &mut s.g[a * ff..b * ff],
+            &s.u[a * ff..b * ff],
+        )?;
+        let downs = order
             .iter()
-            .zip(&held)
-            .map(|(&e, h)| self.expert_view(DownExps(l), e, h.as_deref()))
+            .map(|&j| self.expert_view(DownExps(l), ids[j], held[j].as_deref()))
             .collect::<Result<Vec<_>>>()?;
-        grow(&mut s.y, k * d);
-        {
-            let mut ys: Vec<&mut [f32]> = s.y[..k * d].chunks_mut(d).collect();
-            if self.f32_activations {
-                for (j, (v, y)) in downs.iter().zip(ys.iter_mut()).enumerate() {
-                    matmul_f32_act(
-                        v.ty,
-                        v.data,
-                        v.rows,
-                        v.cols,
-                        &s.g[j * ff..(j + 1) * ff],
-                        1,
-                        y,
-                    )?;
-                }
-            } else {
-                crate::cpu::matmul_each(&downs, &s.g[..k * ff], &mut ys, &mut s.mm)?;
+        let mut ys: Vec<&mut [f32]> = s.y[a * d..b * d].chunks_mut(d).collect();
+        if self.f32_activations {
+            for (i, (v, y)) in downs.iter().zip(ys.iter_mut()).enumerate() {
+                let g = &s.g[(a + i) * ff..(a + i + 1) * ff];
+                matmul_f32_act(v.ty, v.data, v.rows, v.cols, g, 1, y)?;
             }
-        }
-        for (j, y) in s.y[..k * d].chunks(d).enumerate() {
-            let w = s.weights[j];
-            out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
+        } else {
+            crate::cpu::matmul_each(&downs, &s.g[a * ff..b * ff], &mut ys, &mut s.mm)?;
         }
         Ok(())
     }

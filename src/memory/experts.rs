@@ -56,6 +56,9 @@ impl ExpertLayout {
     }
 }
 
+/// Experts a pass asked for, each as the cache holds it (`None`: not held).
+pub type Held = Vec<Option<Arc<Expert>>>;
+
 /// One expert's bytes as read: its gate, up and down slices.
 #[derive(Debug)]
 pub struct Expert {
@@ -84,6 +87,9 @@ pub struct ExpertStats {
     pub bytes_read: u64,
     /// Seconds spent reading.
     pub read_s: f64,
+    /// Of those, the seconds the passes waited for the reads (the rest overlapped compute
+    /// with the experts held).
+    pub wait_s: f64,
     /// Experts held now, and their bytes, of `capacity_bytes`.
     pub held: usize,
     pub held_bytes: u64,
@@ -108,8 +114,84 @@ impl ExpertStats {
             misses: self.misses - earlier.misses,
             bytes_read: self.bytes_read - earlier.bytes_read,
             read_s: self.read_s - earlier.read_s,
+            wait_s: self.wait_s - earlier.wait_s,
             ..*self
         }
+    }
+}
+
+/// Slices read at once: on the development machine's virtio disk (`O_DIRECT`) a 30B-A3B-width
+/// decode under a 2 GiB budget read its ~290 MB of misses per token at 1.0 GB/s one at a time
+/// and 1.2 GB/s eight at a time (2.33 -> 2.58 tok/s). Whole experts (three slices each) are
+/// read together so each can be handed on as soon as its group is in.
+pub const EXPERTS_IN_FLIGHT: usize = 3;
+
+/// The experts of a pass that the cache does not hold, to be read from storage. Reading needs
+/// no lock on the cache: the pass computes with the experts it holds meanwhile.
+#[derive(Debug)]
+pub struct Misses {
+    file: Arc<File>,
+    mode: IoMode,
+    path: PathBuf,
+    /// The missing experts, in the order the pass needs them, and their gate, up and down
+    /// slices in the file.
+    experts: Vec<usize>,
+    spans: Vec<[BlockSpan; 3]>,
+}
+
+impl Misses {
+    /// The missing experts, in the order they are read.
+    pub fn experts(&self) -> &[usize] {
+        &self.experts
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.experts.is_empty()
+    }
+
+    /// Reads the missing experts in order, a few at a time with their slices in parallel,
+    /// handing each to `each` as soon as its group is in (an error names the file); stops
+    /// early when `each` returns false. Returns the seconds spent reading.
+    pub fn read_each(&self, mut each: impl FnMut(usize, Result<Expert>) -> bool) -> f64 {
+        let t0 = Instant::now();
+        let (file, mode) = (&*self.file, self.mode);
+        let ids = self.experts.chunks(EXPERTS_IN_FLIGHT);
+        for (ids, spans) in ids.zip(self.spans.chunks(EXPERTS_IN_FLIGHT)) {
+            let got: Vec<std::io::Result<Slot>> = std::thread::scope(|scope| {
+                let handles: Vec<_> = spans
+                    .iter()
+                    .flatten()
+                    .map(|sp| scope.spawn(move || Slot::read(file, mode, sp)))
+                    .collect();
+                handles
+                    .into_iter()
+                    .map(|h| {
+                        h.join()
+                            .unwrap_or_else(|_| Err(std::io::Error::other("a read panicked")))
+                    })
+                    .collect()
+            });
+            let mut got = got.into_iter();
+            for &e in ids {
+                let mut part = || -> Result<Slot> {
+                    got.next()
+                        .unwrap_or_else(|| Err(std::io::Error::other("a slice was not read")))
+                        .map_err(|source| Error::Io {
+                            path: self.path.clone(),
+                            source,
+                        })
+                };
+                let x = (|| {
+                    Ok(Expert {
+                        parts: [part()?, part()?, part()?],
+                    })
+                })();
+                if !each(e, x) {
+                    return t0.elapsed().as_secs_f64();
+                }
+            }
+        }
+        t0.elapsed().as_secs_f64()
     }
 }
 
@@ -119,7 +201,7 @@ pub type SharedExpertCache = Arc<std::sync::Mutex<ExpertCache>>;
 /// The cache.
 #[derive(Debug)]
 pub struct ExpertCache {
-    file: File,
+    file: Arc<File>,
     mode: IoMode,
     path: PathBuf,
     layout: ExpertLayout,
@@ -145,7 +227,7 @@ impl ExpertCache {
         let n_layer = layout.stacks.len();
         let (file, mode) = open_for(path, mode)?;
         Ok(ExpertCache {
-            file,
+            file: Arc::new(file),
             mode,
             path: path.to_path_buf(),
             score: vec![0.0; n_layer * layout.n_expert],
@@ -198,6 +280,34 @@ impl ExpertCache {
     /// Experts `ids` of block `l` (distinct, all needed at once by this pass), held or read
     /// now, in the order asked.
     pub fn fetch(&mut self, l: usize, ids: &[usize]) -> Result<Vec<Arc<Expert>>> {
+        let (held, misses) = self.lookup(l, ids)?;
+        let mut read = Vec::with_capacity(misses.experts.len());
+        let read_s = misses.read_each(|e, x| {
+            read.push((e, x));
+            true
+        });
+        // Nothing overlapped the reads: the pass waited for all of them.
+        self.add_times(read_s, read_s);
+        let mut read = read.into_iter();
+        let mut out = Vec::with_capacity(ids.len());
+        for (&e, h) in ids.iter().zip(held) {
+            match h {
+                Some(x) => out.push(x),
+                None => {
+                    let (got, x) = read.next().ok_or_else(|| {
+                        Error::InvalidArgument(format!("expert {e} of block {l} was not read"))
+                    })?;
+                    debug_assert_eq!(got, e);
+                    out.push(self.admit_read(l, e, x?, ids));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Experts `ids` of block `l` (distinct, all needed by this pass): those held (`None`
+    /// where not), and the misses to read, in the order asked. Counts the hits and misses.
+    pub fn lookup(&mut self, l: usize, ids: &[usize]) -> Result<(Held, Misses)> {
         let n_expert = self.layout.n_expert;
         if l >= self.layout.stacks.len() || ids.iter().any(|&e| e >= n_expert) {
             return Err(Error::InvalidArgument(format!(
@@ -205,85 +315,46 @@ impl ExpertCache {
                 self.layout.stacks.len()
             )));
         }
-        let missing: Vec<usize> = ids
+        let held: Vec<Option<Arc<Expert>>> = ids
             .iter()
-            .copied()
-            .filter(|&e| !self.entries.contains_key(&(l, e)))
+            .map(|&e| self.entries.get(&(l, e)).cloned())
             .collect();
-        self.stats.hits += (ids.len() - missing.len()) as u64;
-        self.stats.misses += missing.len() as u64;
-        let read = self.read_all(l, &missing)?;
-        let mut out = Vec::with_capacity(ids.len());
-        let mut read = missing.iter().zip(read);
-        for &e in ids {
-            if let Some(x) = self.entries.get(&(l, e)) {
-                out.push(x.clone());
-                continue;
-            }
-            let (_, x) = read.next().ok_or_else(|| {
-                Error::InvalidArgument(format!("expert {e} of block {l} was not read"))
-            })?;
-            let x = Arc::new(x);
-            self.admit(l, e, ids, &x);
-            out.push(x);
-        }
-        Ok(out)
+        let experts: Vec<usize> = ids
+            .iter()
+            .zip(&held)
+            .filter(|(_, h)| h.is_none())
+            .map(|(&e, _)| e)
+            .collect();
+        self.stats.hits += (ids.len() - experts.len()) as u64;
+        self.stats.misses += experts.len() as u64;
+        let spans = experts
+            .iter()
+            .map(|&e| [0, 1, 2].map(|p| self.layout.span(l, e, p)))
+            .collect();
+        let misses = Misses {
+            file: self.file.clone(),
+            mode: self.mode,
+            path: self.path.clone(),
+            experts,
+            spans,
+        };
+        Ok((held, misses))
     }
 
-    /// Reads experts `es` of block `l` from storage, their slices in parallel (a few reads
-    /// in flight keep the storage busier than one: a decoded token's misses are up to
-    /// `n_expert_used` experts of ~1 MB slices).
-    fn read_all(&mut self, l: usize, es: &[usize]) -> Result<Vec<Expert>> {
-        /// Reads in flight at once: on the development machine's virtio disk (O_DIRECT) a
-        /// 30B-A3B-width decode under a 2 GiB budget read its ~290 MB of misses per token at
-        /// 1.0 GB/s one at a time and 1.2 GB/s eight at a time (2.33 -> 2.58 tok/s).
-        const IN_FLIGHT: usize = 8;
-        let t0 = Instant::now();
-        let spans: Vec<BlockSpan> = es
-            .iter()
-            .flat_map(|&e| (0..3).map(move |p| (e, p)))
-            .map(|(e, p)| self.layout.span(l, e, p))
-            .collect();
-        let (file, mode) = (&self.file, self.mode);
-        let mut slots: Vec<std::io::Result<Slot>> = Vec::with_capacity(spans.len());
-        for chunk in spans.chunks(IN_FLIGHT) {
-            let got: Vec<std::io::Result<Slot>> = std::thread::scope(|scope| {
-                let handles: Vec<_> = chunk
-                    .iter()
-                    .map(|sp| scope.spawn(move || Slot::read(file, mode, sp)))
-                    .collect();
-                handles
-                    .into_iter()
-                    .map(|h| {
-                        h.join()
-                            .unwrap_or_else(|_| Err(std::io::Error::other("a read panicked")))
-                    })
-                    .collect()
-            });
-            slots.extend(got);
-        }
-        let io = |source| Error::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let mut slots = slots.into_iter();
-        let mut out = Vec::with_capacity(es.len());
-        for _ in es {
-            let mut part = || -> Result<Slot> {
-                slots
-                    .next()
-                    .unwrap_or_else(|| Err(std::io::Error::other("a slice was not read")))
-                    .map_err(io)
-            };
-            out.push(Expert {
-                parts: [part()?, part()?, part()?],
-            });
-        }
-        self.stats.read_s += t0.elapsed().as_secs_f64();
-        for &e in es {
-            self.count_read(l, e);
-        }
-        Ok(out)
+    /// Expert `e` of block `l` as read for a [`Misses`]: counted, and held if its score earns
+    /// a place (`needed`: block `l`'s experts of this pass, which are not dropped for it).
+    pub fn admit_read(&mut self, l: usize, e: usize, x: Expert, needed: &[usize]) -> Arc<Expert> {
+        self.count_read(l, e);
+        let x = Arc::new(x);
+        self.admit(l, e, needed, &x);
+        x
+    }
+
+    /// Adds a pass's reading time and the part of it the pass waited for (what compute did
+    /// not overlap).
+    pub fn add_times(&mut self, read_s: f64, wait_s: f64) {
+        self.stats.read_s += read_s;
+        self.stats.wait_s += wait_s;
     }
 
     /// Adds expert `e` of block `l`'s bytes read from storage to the statistics.
@@ -407,5 +478,55 @@ mod tests {
         c.count(0, &uses(&[(1, 1)])).unwrap();
         assert_eq!(c.fetch(0, &[1]).unwrap().len(), 1);
         assert_eq!((c.stats().held, c.stats().misses), (0, 1));
+    }
+
+    #[test]
+    fn misses_are_read_apart_from_the_cache_and_handed_on_in_order() {
+        let (path, layout) = file();
+        let one = 3 * 8192;
+        let mut c = ExpertCache::open(&path, None, layout.clone(), one).unwrap();
+        c.count(1, &[0, 2, 1, 4]).unwrap();
+        let (held, misses) = c.lookup(1, &[3, 0, 1, 2]).unwrap();
+        assert!(held.iter().all(|h| h.is_none()));
+        assert_eq!(misses.experts(), &[3, 0, 1, 2]);
+        // Stopping early: only the first expert is handed on.
+        let mut seen = Vec::new();
+        misses.read_each(|e, _| {
+            seen.push(e);
+            false
+        });
+        assert_eq!(seen, [3]);
+        let mut got = Vec::new();
+        let read_s = misses.read_each(|e, x| {
+            got.push((e, x.unwrap()));
+            true
+        });
+        assert!(read_s >= 0.0);
+        assert_eq!(got.iter().map(|g| g.0).collect::<Vec<_>>(), [3, 0, 1, 2]);
+        for (e, x) in &got {
+            for p in 0..3 {
+                let s = layout.span(1, *e, p);
+                let b = x.bytes(s.offset, s.len as usize).unwrap();
+                assert!(
+                    b.iter().all(|&v| v == 16 + p as u8 * 4 + *e as u8),
+                    "{e} {p}"
+                );
+            }
+        }
+        // Room for one: the best scored of those read (expert 3) is held.
+        for (e, x) in got {
+            c.admit_read(1, e, x, &[3, 0, 1, 2]);
+        }
+        c.add_times(0.5, 0.25);
+        let s = c.stats();
+        assert_eq!((s.misses, s.hits, s.held), (4, 0, 1));
+        assert_eq!((s.read_s, s.wait_s), (0.5, 0.25));
+        assert!(c.entries.contains_key(&(1, 3)));
+        assert_eq!(s.bytes_read, 4 * layout.expert_bytes(1));
+        let (held, misses) = c.lookup(1, &[2, 3]).unwrap();
+        assert!(held[0].is_none() && held[1].is_some());
+        assert_eq!(misses.experts(), &[2]);
+        assert_eq!(c.stats().hits, 1);
+        assert!(c.lookup(2, &[0]).is_err() && c.lookup(0, &[4]).is_err());
     }
 }
