@@ -31,6 +31,61 @@ pub(super) struct MoeScratch {
     y: Vec<f32>,
     /// The expert matmuls' own scratch (the backend's is borrowed by the weight views).
     mm: crate::cpu::MatmulScratch,
+    /// Decode under an expert cache: the next block's likely experts, being read.
+    ahead: Option<ReadAhead>,
+}
+
+/// Experts of block `l` read on a guess while the block before it finishes: block `l`'s
+/// router applied to the previous block's FFN input (the residual stream changes little from
+/// one block to the next), its `n_expert_used` most probable experts that the cache does not
+/// hold. A right guess turns the miss's wait into reading done during the previous block's
+/// experts and this block's attention.
+pub(super) struct ReadAhead {
+    l: usize,
+    /// The experts being read, most probable first.
+    experts: Vec<usize>,
+    /// Each expert as it comes in; dropped to stop the reader after its group in flight.
+    rx: Option<std::sync::mpsc::Receiver<(usize, Result<Expert>)>>,
+    /// The reader: its seconds reading and the experts it read (sent or not).
+    reader: Option<std::thread::JoinHandle<(f64, Vec<usize>)>>,
+}
+
+impl ReadAhead {
+    /// Starts reading `misses` (experts of block `l`) on a thread of its own.
+    fn start(l: usize, misses: Misses) -> ReadAhead {
+        let experts = misses.experts().to_vec();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let reader = std::thread::spawn(move || {
+            let mut read = Vec::new();
+            let s = misses.read_each(|e, x| {
+                read.push(e);
+                tx.send((e, x)).is_ok()
+            });
+            (s, read)
+        });
+        ReadAhead {
+            l,
+            experts,
+            rx: Some(rx),
+            reader: Some(reader),
+        }
+    }
+
+    /// Stops the reader after its group in flight: its seconds reading and the experts it
+    /// read.
+    fn finish(&mut self) -> (f64, Vec<usize>) {
+        self.rx = None;
+        self.reader
+            .take()
+            .and_then(|h| h.join().ok())
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.finish();
+    }
 }
 
 fn lock(
@@ -194,8 +249,11 @@ impl CpuBackend {
         out.fill(0.0);
         self.count_routing(l, n_expert, &s.ids[..n * k])?;
         if n == 1 {
-            self.experts_of_one_token(l, moe, x, out, s)?;
+            let guess = self.guess_next(l, moe, xv, s)?;
+            self.experts_of_one_token(l, moe, x, &guess, out, s)?;
         } else {
+            // A batch reads its experts itself; a guess made for a token is stale.
+            self.end_read_ahead(s.ahead.take())?;
             // Group the batch by expert: each expert's tokens and their weights.
             let mut groups: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
             for t in 0..n {
@@ -332,17 +390,143 @@ impl CpuBackend {
         })
     }
 
+    /// Block `l + 1`'s likely experts for the token whose FFN input of block `l` is `xv`, most
+    /// probable first: its router's top `n_expert_used` over `xv`. Empty without an expert
+    /// cache, after the last block, or when block `l + 1` is not this backend's to run.
+    fn guess_next(
+        &mut self,
+        l: usize,
+        moe: &crate::config::Moe,
+        xv: &Vec<f32>,
+        s: &mut MoeScratch,
+    ) -> Result<Vec<usize>> {
+        let next = l + 1;
+        let ours = next < self.cfg.n_layer
+            && self.experts.is_some()
+            && !self.streamed.get(next).copied().unwrap_or(false)
+            && self.mat(WeightId::GateInp(next)).is_ok();
+        if !ours {
+            return Ok(Vec::new());
+        }
+        let n_expert = moe.n_expert;
+        grow(&mut s.logits, n_expert);
+        self.matmul(WeightId::GateInp(next), xv, 1, &mut s.logits)?;
+        let mut by: Vec<usize> = (0..n_expert).collect();
+        let lg = &s.logits[..n_expert];
+        by.sort_by(|&a, &b| lg[b].total_cmp(&lg[a]).then(a.cmp(&b)));
+        by.truncate(moe.n_expert_used);
+        Ok(by)
+    }
+
+    /// Starts reading block `l`'s guessed experts that the cache does not hold.
+    fn start_read_ahead(&self, l: usize, guess: &[usize]) -> Result<Option<ReadAhead>> {
+        let Some(cache) = &self.experts else {
+            return Ok(None);
+        };
+        if guess.is_empty() {
+            return Ok(None);
+        }
+        let misses = lock(cache)?.absent(l, guess)?;
+        Ok((!misses.is_empty()).then(|| ReadAhead::start(l, misses)))
+    }
+
+    /// Stops a read-ahead and counts what it read (`used`: of its experts, those a pass took).
+    fn end_read_ahead(&self, a: Option<ReadAhead>) -> Result<()> {
+        self.end_read_ahead_used(a, 0)
+    }
+
+    fn end_read_ahead_used(&self, a: Option<ReadAhead>, used: u64) -> Result<()> {
+        let (Some(mut a), Some(cache)) = (a, &self.experts) else {
+            return Ok(());
+        };
+        let (read_s, read) = a.finish();
+        let mut c = lock(cache)?;
+        for &e in &read {
+            c.count_read(a.l, e);
+        }
+        c.count_read_ahead(read.len() as u64, used);
+        c.add_times(read_s, 0.0);
+        Ok(())
+    }
+
+    /// Takes from the read-ahead `a` (if it is block `l`'s) the experts this pass misses
+    /// (`misses`, narrowed to the rest), into `held` (`ids`: the pass's experts); the others it
+    /// read are held if their scores earn a place. Returns how many it supplied.
+    fn take_read_ahead(
+        &self,
+        l: usize,
+        a: &mut Option<ReadAhead>,
+        ids: &[usize],
+        held: &mut Held,
+        misses: &mut Option<Misses>,
+    ) -> Result<u64> {
+        let (Some(ra), Some(m)) = (a.as_mut(), misses.as_mut()) else {
+            return Ok(0);
+        };
+        if ra.l != l {
+            return Ok(0);
+        }
+        let mut want: Vec<usize> = m
+            .experts()
+            .iter()
+            .copied()
+            .filter(|e| ra.experts.contains(e))
+            .collect();
+        let Some(rx) = ra.rx.take() else {
+            return Ok(0);
+        };
+        let (mut used, t) = (0u64, Instant::now());
+        while !want.is_empty() {
+            let Ok((e, xr)) = rx.recv() else { break };
+            let cache = self.experts.as_ref().ok_or_else(|| {
+                Error::InvalidArgument("experts were read ahead without an expert cache".into())
+            })?;
+            match want.iter().position(|&w| w == e) {
+                Some(i) => {
+                    want.swap_remove(i);
+                    let j = ids.iter().position(|&i| i == e).unwrap_or(0);
+                    held[j] = Some(lock(cache)?.hold(l, e, xr?, ids));
+                    used += 1;
+                }
+                // A wrong guess, read all the same: the cache may keep it.
+                None => {
+                    if let Ok(x) = xr {
+                        lock(cache)?.hold(l, e, x, ids);
+                    }
+                }
+            }
+        }
+        // Dropping the receiver stops the reader after the group in flight.
+        drop(rx);
+        self.add_read_times(0.0, t.elapsed().as_secs_f64())?;
+        let got: Vec<usize> = ids
+            .iter()
+            .zip(held.iter())
+            .filter(|(_, h)| h.is_some())
+            .map(|(&e, _)| e)
+            .collect();
+        m.retain(|e| !got.contains(&e));
+        if m.is_empty() {
+            *misses = None;
+        }
+        Ok(used)
+    }
+
     /// Decode: the k experts of one token all read the same input, so their gate and up
     /// projections run as one `matmul_many` (one activation quantization, one parallel
     /// region); their down projections, each over its own activations, as one `matmul_each`.
     /// Under an expert cache the held experts run first while a reader thread reads the
     /// misses, which run when they are in; every expert's output is summed in routing order,
-    /// so the result is the one without a cache bit for bit.
+    /// so the result is the one without a cache bit for bit. Misses the read-ahead of the block
+    /// before guessed are taken from it; once this block's own misses are in, the read-ahead
+    /// of the next block (`guess`) starts.
+    #[allow(clippy::too_many_arguments)]
     fn experts_of_one_token(
         &mut self,
         l: usize,
         moe: &crate::config::Moe,
         x: &[f32],
+        guess: &[usize],
         out: &mut [f32],
         s: &mut MoeScratch,
     ) -> Result<()> {
@@ -351,7 +535,18 @@ impl CpuBackend {
         grow(&mut s.u, k * ff);
         grow(&mut s.y, k * d);
         let ids: Vec<usize> = s.ids[..k].iter().map(|&e| e as usize).collect();
-        let (mut held, misses) = self.lookup_experts(l, &ids)?;
+        let (mut held, mut misses) = self.lookup_experts(l, &ids)?;
+        let mut before = s.ahead.take();
+        let used = self.take_read_ahead(l, &mut before, &ids, &mut held, &mut misses)?;
+        // Its reader stops after the group in flight; joined once this block's compute is done.
+        let before = before.map(|mut a| {
+            a.rx = None;
+            a
+        });
+        let mut next = None;
+        if misses.is_none() {
+            next = self.start_read_ahead(l + 1, guess)?;
+        }
         // Slot i of the scratch holds routed expert order[i]: those at hand first.
         let now: Vec<usize> = match &misses {
             None => (0..k).collect(),
@@ -370,6 +565,9 @@ impl CpuBackend {
                     let got: Vec<_> = rx.iter().take(m.experts().len()).collect();
                     let read_s = reader.join().unwrap_or(0.0);
                     let wait_s = t.elapsed().as_secs_f64();
+                    // The storage is free: the next block's guesses read during this one's
+                    // misses' compute and the next block's attention.
+                    next = self.start_read_ahead(l + 1, guess)?;
                     first?;
                     self.add_read_times(read_s, wait_s)?;
                     if got.len() != m.experts().len() {
@@ -395,6 +593,8 @@ impl CpuBackend {
             let y = &s.y[i * d..(i + 1) * d];
             out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
         }
+        self.end_read_ahead_used(before, used)?;
+        s.ahead = next;
         Ok(())
     }
 

@@ -107,7 +107,9 @@ fn plan_experts(
         .map(|l| layout.held_bytes(l))
         .max()
         .unwrap_or(0);
-    let working = per_expert * m.n_expert_used as u64;
+    // Alive at once in decode: a block's routed experts, and as many of the next block's read
+    // ahead on a guess.
+    let working = per_expert * 2 * m.n_expert_used as u64;
     let need = c.fixed + c.head + dense + working;
     if budget < need {
         use crate::ground::format_size as f;
@@ -116,7 +118,8 @@ fn plan_experts(
             minimum: need,
             detail: format!(
                 "{} of KV cache, {} of runtime and scratch, {} of output head, {} of the blocks' \
-                 dense parts (attention, router), {} for the {} experts a token uses in a block",
+                 dense parts (attention, router), {} for the {} experts a token uses in a block \
+                 and as many read ahead for the next",
                 f(c.kv),
                 f(c.fixed.saturating_sub(c.kv)),
                 f(c.head),

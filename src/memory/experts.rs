@@ -90,6 +90,11 @@ pub struct ExpertStats {
     /// Of those, the seconds the passes waited for the reads (the rest overlapped compute
     /// with the experts held).
     pub wait_s: f64,
+    /// Experts read ahead of their block's router on a guess (the next block's router applied
+    /// to this block's input), and of those, the ones the block then needed (each also counted
+    /// as a miss: the cache did not hold it).
+    pub read_ahead: u64,
+    pub read_ahead_used: u64,
     /// Experts held now, and their bytes, of `capacity_bytes`.
     pub held: usize,
     pub held_bytes: u64,
@@ -115,6 +120,8 @@ impl ExpertStats {
             bytes_read: self.bytes_read - earlier.bytes_read,
             read_s: self.read_s - earlier.read_s,
             wait_s: self.wait_s - earlier.wait_s,
+            read_ahead: self.read_ahead - earlier.read_ahead,
+            read_ahead_used: self.read_ahead_used - earlier.read_ahead_used,
             ..*self
         }
     }
@@ -147,6 +154,19 @@ impl Misses {
 
     pub fn is_empty(&self) -> bool {
         self.experts.is_empty()
+    }
+
+    /// Keeps only the missing experts `keep` accepts (the others are had elsewhere).
+    pub fn retain(&mut self, keep: impl Fn(usize) -> bool) {
+        let (experts, spans) = self
+            .experts
+            .iter()
+            .zip(&self.spans)
+            .filter(|(&e, _)| keep(e))
+            .map(|(&e, sp)| (e, *sp))
+            .unzip();
+        self.experts = experts;
+        self.spans = spans;
     }
 
     /// Reads the missing experts in order, a few at a time with their slices in parallel,
@@ -341,10 +361,48 @@ impl ExpertCache {
         Ok((held, misses))
     }
 
+    /// Experts `ids` of block `l` that the cache does not hold, to read ahead of the block's
+    /// pass on a guess (nothing is counted: the pass counts what it needs).
+    pub fn absent(&self, l: usize, ids: &[usize]) -> Result<Misses> {
+        if l >= self.layout.stacks.len() || ids.iter().any(|&e| e >= self.layout.n_expert) {
+            return Err(Error::InvalidArgument(format!(
+                "experts {ids:?} of block {l}: the model has {} blocks",
+                self.layout.stacks.len()
+            )));
+        }
+        let experts: Vec<usize> = ids
+            .iter()
+            .copied()
+            .filter(|&e| !self.entries.contains_key(&(l, e)))
+            .collect();
+        let spans = experts
+            .iter()
+            .map(|&e| [0, 1, 2].map(|p| self.layout.span(l, e, p)))
+            .collect();
+        Ok(Misses {
+            file: self.file.clone(),
+            mode: self.mode,
+            path: self.path.clone(),
+            experts,
+            spans,
+        })
+    }
+
+    /// Counts experts read ahead, and of those, the ones a pass then needed.
+    pub fn count_read_ahead(&mut self, read: u64, used: u64) {
+        self.stats.read_ahead += read;
+        self.stats.read_ahead_used += used;
+    }
+
     /// Expert `e` of block `l` as read for a [`Misses`]: counted, and held if its score earns
     /// a place (`needed`: block `l`'s experts of this pass, which are not dropped for it).
     pub fn admit_read(&mut self, l: usize, e: usize, x: Expert, needed: &[usize]) -> Arc<Expert> {
         self.count_read(l, e);
+        self.hold(l, e, x, needed)
+    }
+
+    /// [`admit_read`](Self::admit_read) for an expert whose bytes were counted when read.
+    pub fn hold(&mut self, l: usize, e: usize, x: Expert, needed: &[usize]) -> Arc<Expert> {
         let x = Arc::new(x);
         self.admit(l, e, needed, &x);
         x
@@ -358,7 +416,7 @@ impl ExpertCache {
     }
 
     /// Adds expert `e` of block `l`'s bytes read from storage to the statistics.
-    fn count_read(&mut self, l: usize, e: usize) {
+    pub fn count_read(&mut self, l: usize, e: usize) {
         self.stats.bytes_read += (0..3)
             .map(|p| {
                 let s = self.layout.span(l, e, p);
