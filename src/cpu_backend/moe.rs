@@ -46,7 +46,7 @@ pub(super) struct ReadAhead {
     experts: Vec<usize>,
     /// Each expert as it comes in; dropped to stop the reader after its group in flight.
     rx: Option<std::sync::mpsc::Receiver<(usize, Result<Expert>)>>,
-    /// The reader: its seconds reading and the experts it read (sent or not).
+    /// The reader: its seconds reading and the experts it read (handed on or not).
     reader: Option<std::thread::JoinHandle<(f64, Vec<usize>)>>,
 }
 
@@ -58,7 +58,9 @@ impl ReadAhead {
         let reader = std::thread::spawn(move || {
             let mut read = Vec::new();
             let s = misses.read_each(|e, x| {
-                read.push(e);
+                if x.is_ok() {
+                    read.push(e);
+                }
                 tx.send((e, x)).is_ok()
             });
             (s, read)
@@ -253,7 +255,7 @@ impl CpuBackend {
             self.experts_of_one_token(l, moe, x, &guess, out, s)?;
         } else {
             // A batch reads its experts itself; a guess made for a token is stale.
-            self.end_read_ahead(s.ahead.take())?;
+            self.end_read_ahead(s.ahead.take(), 0)?;
             // Group the batch by expert: each expert's tokens and their weights.
             let mut groups: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_expert];
             for t in 0..n {
@@ -431,11 +433,7 @@ impl CpuBackend {
     }
 
     /// Stops a read-ahead and counts what it read (`used`: of its experts, those a pass took).
-    fn end_read_ahead(&self, a: Option<ReadAhead>) -> Result<()> {
-        self.end_read_ahead_used(a, 0)
-    }
-
-    fn end_read_ahead_used(&self, a: Option<ReadAhead>, used: u64) -> Result<()> {
+    fn end_read_ahead(&self, a: Option<ReadAhead>, used: u64) -> Result<()> {
         let (Some(mut a), Some(cache)) = (a, &self.experts) else {
             return Ok(());
         };
@@ -484,7 +482,9 @@ impl CpuBackend {
             match want.iter().position(|&w| w == e) {
                 Some(i) => {
                     want.swap_remove(i);
-                    let j = ids.iter().position(|&i| i == e).unwrap_or(0);
+                    let j = ids.iter().position(|&i| i == e).ok_or_else(|| {
+                        Error::InvalidArgument(format!("expert {e} of block {l} was not asked"))
+                    })?;
                     held[j] = Some(lock(cache)?.hold(l, e, xr?, ids));
                     used += 1;
                 }
@@ -593,7 +593,7 @@ impl CpuBackend {
             let y = &s.y[i * d..(i + 1) * d];
             out.iter_mut().zip(y).for_each(|(o, y)| *o += w * y);
         }
-        self.end_read_ahead_used(before, used)?;
+        self.end_read_ahead(before, used)?;
         s.ahead = next;
         Ok(())
     }

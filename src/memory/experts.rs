@@ -328,45 +328,23 @@ impl ExpertCache {
     /// Experts `ids` of block `l` (distinct, all needed by this pass): those held (`None`
     /// where not), and the misses to read, in the order asked. Counts the hits and misses.
     pub fn lookup(&mut self, l: usize, ids: &[usize]) -> Result<(Held, Misses)> {
-        let n_expert = self.layout.n_expert;
-        if l >= self.layout.stacks.len() || ids.iter().any(|&e| e >= n_expert) {
-            return Err(Error::InvalidArgument(format!(
-                "experts {ids:?} of block {l}: the model has {} blocks of {n_expert} experts",
-                self.layout.stacks.len()
-            )));
-        }
-        let held: Vec<Option<Arc<Expert>>> = ids
+        let misses = self.absent(l, ids)?;
+        let held: Held = ids
             .iter()
             .map(|&e| self.entries.get(&(l, e)).cloned())
             .collect();
-        let experts: Vec<usize> = ids
-            .iter()
-            .zip(&held)
-            .filter(|(_, h)| h.is_none())
-            .map(|(&e, _)| e)
-            .collect();
-        self.stats.hits += (ids.len() - experts.len()) as u64;
-        self.stats.misses += experts.len() as u64;
-        let spans = experts
-            .iter()
-            .map(|&e| [0, 1, 2].map(|p| self.layout.span(l, e, p)))
-            .collect();
-        let misses = Misses {
-            file: self.file.clone(),
-            mode: self.mode,
-            path: self.path.clone(),
-            experts,
-            spans,
-        };
+        self.stats.hits += (ids.len() - misses.experts.len()) as u64;
+        self.stats.misses += misses.experts.len() as u64;
         Ok((held, misses))
     }
 
     /// Experts `ids` of block `l` that the cache does not hold, to read ahead of the block's
     /// pass on a guess (nothing is counted: the pass counts what it needs).
     pub fn absent(&self, l: usize, ids: &[usize]) -> Result<Misses> {
-        if l >= self.layout.stacks.len() || ids.iter().any(|&e| e >= self.layout.n_expert) {
+        let n_expert = self.layout.n_expert;
+        if l >= self.layout.stacks.len() || ids.iter().any(|&e| e >= n_expert) {
             return Err(Error::InvalidArgument(format!(
-                "experts {ids:?} of block {l}: the model has {} blocks",
+                "experts {ids:?} of block {l}: the model has {} blocks of {n_expert} experts",
                 self.layout.stacks.len()
             )));
         }
@@ -464,10 +442,11 @@ mod tests {
     use super::*;
 
     /// A file of 2 blocks x 4 experts x 3 parts of two pages, each byte naming its place.
-    fn file() -> (PathBuf, ExpertLayout) {
+    /// `name`: the file's, one per test (the tests run in parallel).
+    fn file(name: &str) -> (PathBuf, ExpertLayout) {
         let dir = std::env::temp_dir().join(format!("memwall-experts-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let path = dir.join("x.bin");
+        let path = dir.join(name);
         let per = 8192u64;
         let mut bytes = Vec::new();
         let mut stacks = Vec::new();
@@ -493,7 +472,7 @@ mod tests {
 
     #[test]
     fn holds_the_most_used_experts_and_reads_the_others() {
-        let (path, layout) = file();
+        let (path, layout) = file("held.bin");
         // Room for 3 experts of 3 page-aligned parts of two pages each.
         let one = 3 * 8192;
         assert!(layout.held_bytes(0) >= one);
@@ -540,7 +519,7 @@ mod tests {
 
     #[test]
     fn misses_are_read_apart_from_the_cache_and_handed_on_in_order() {
-        let (path, layout) = file();
+        let (path, layout) = file("apart.bin");
         let one = 3 * 8192;
         let mut c = ExpertCache::open(&path, None, layout.clone(), one).unwrap();
         c.count(1, &[0, 2, 1, 4]).unwrap();
