@@ -118,9 +118,22 @@ fn memwall(args: &[&str]) -> std::process::Output {
 }
 
 fn memwall_on(device: &str, args: &[&str]) -> std::process::Output {
+    memwall_in(None, device, args)
+}
+
+/// As [`memwall_on`], with the adapter's selftest record kept in `cache` (a fresh directory
+/// makes the run a first start on the adapter, its selftest included).
+fn memwall_in(
+    cache: Option<&std::path::Path>,
+    device: &str,
+    args: &[&str],
+) -> std::process::Output {
     let model = common::model_path();
-    Command::new(env!("CARGO_BIN_EXE_memwall"))
-        .arg("run")
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_memwall"));
+    if let Some(dir) = cache {
+        cmd.env("MEMWALL_CACHE_DIR", dir);
+    }
+    cmd.arg("run")
         .arg("-m")
         .arg(&model)
         .args(["-d", device, "-c", "256", "--temp", "0", "--json"])
@@ -257,7 +270,7 @@ fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
 /// On a unified-memory GPU (lavapipe allocates its buffers from the process's RAM), the budget
 /// covers the GPU's buffers too: under a budget below what the all-resident run holds, blocks
 /// stream through the ring, the ids are the resident run's, and the measured peak stays within
-/// the budget.
+/// the budget, the adapter's first start (every needed kernel's selftest) included.
 #[test]
 fn a_unified_memory_gpu_streams_within_the_budget() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
@@ -272,7 +285,18 @@ fn a_unified_memory_gpu_streams_within_the_budget() {
     // Lavapipe's all-resident run peaks at ~370 MB (instance, JIT-compiled kernels, 92 MB of
     // weights); 300 MiB leaves room for a few blocks.
     let budget = 300u64 << 20;
-    let out = memwall_on("gpu", &[&args[..], &["--mem-budget", "300M"]].concat());
+    let fresh = std::env::temp_dir().join(format!("memwall-first-start-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&fresh);
+    let out = memwall_in(
+        Some(&fresh),
+        "gpu",
+        &[&args[..], &["--mem-budget", "300M"]].concat(),
+    );
+    assert!(
+        fresh.read_dir().is_ok_and(|mut d| d.next().is_some()),
+        "the budgeted run was a first start: it records its selftest"
+    );
+    let _ = std::fs::remove_dir_all(&fresh);
     assert!(
         out.status.success(),
         "{}",

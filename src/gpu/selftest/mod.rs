@@ -17,7 +17,7 @@ mod checks_prefill;
 mod checks_probe;
 pub(crate) mod checks_q8;
 
-use std::collections::HashMap;
+use std::collections::HashSet;
 use std::fmt::Write;
 
 use crate::error::{Error, Result};
@@ -377,34 +377,22 @@ fn check_key(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst
 /// Runs single variants' checks, compiling each [`KernelOptions`] set once, when first needed.
 pub struct Runner<'c> {
     ctx: &'c GpuContext,
-    sets: HashMap<KernelOptions, Kernels>,
 }
 
 impl<'c> Runner<'c> {
     pub fn new(ctx: &'c GpuContext) -> Runner<'c> {
-        Runner {
-            ctx,
-            sets: HashMap::new(),
-        }
+        Runner { ctx }
     }
 
     /// `key`'s row. A GPU error (compilation, validation, device loss) is an `Err` naming the
     /// kernel.
     pub fn check(&mut self, key: KernelKey) -> Result<SelftestRow> {
-        let ctx = self.ctx;
-        let ks = match self.sets.entry(options(&key)) {
-            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-            std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(Kernels::with_config(ctx, options(&key))?)
-            }
-        };
-        let (max_groups, row_layout) = (ks.max_groups_per_dim, ks.matvec_rows);
-        let r = check_key(ctx, ks, key);
-        // Checks lower the grid limit for their 2-D dispatch case and pick the matvec layout;
-        // the next one starts afresh.
-        ks.max_groups_per_dim = max_groups;
-        ks.matvec_rows = row_layout;
-        let w = r.map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
+        // Each check compiles its pipelines afresh and drops them after: a driver that
+        // JIT-compiles (llvmpipe) holds each pipeline's machine code until it is destroyed, and
+        // keeping every variant's would hold ~1 GB at a first start, whatever the memory budget.
+        let mut ks = Kernels::with_health_for(self.ctx, options(&key), &HashSet::new(), |_| false)?;
+        let w = check_key(self.ctx, &mut ks, key)
+            .map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
         Ok(w.row(&key))
     }
 }
