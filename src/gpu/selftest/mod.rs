@@ -391,8 +391,12 @@ impl<'c> Runner<'c> {
         // JIT-compiles (llvmpipe) holds each pipeline's machine code until it is destroyed, and
         // keeping every variant's would hold ~1 GB at a first start, whatever the memory budget.
         let mut ks = Kernels::with_health_for(self.ctx, options(&key), &HashSet::new(), |_| false)?;
-        let w = check_key(self.ctx, &mut ks, key)
-            .map_err(|e| Error::Gpu(format!("selftest {}: {e}", key.label())))?;
+        let w = check_key(self.ctx, &mut ks, key).map_err(|e| match e {
+            // A lost device or exhausted memory says nothing about the kernel: the caller
+            // tells them apart from a kernel's own failure.
+            e @ (Error::DeviceLost { .. } | Error::OutOfMemory { .. }) => e,
+            e => Error::Gpu(format!("selftest {}: {e}", key.label())),
+        })?;
         Ok(w.row(&key))
     }
 }
