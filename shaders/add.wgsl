@@ -1,5 +1,7 @@
-// Residual add in place: x += y (twin of kernels-ref's ops::add). Standalone module.
-// One invocation per element; 2-D dispatch as in matvec.wgsl.
+// Residual add in place: x += scale * y (twin of kernels-ref's ops::add, and of add_scaled
+// for a scale other than 1), or in its scale mode x *= scale (kernels-ref's ops::scale), with
+// y bound but not read. Standalone module. One invocation per element; 2-D dispatch as in
+// matvec.wgsl.
 
 override WG: u32 = 64u;
 
@@ -7,14 +9,15 @@ struct ElementwiseParams {
     n: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
-    // unused here (the gated units' activation)
+    // 0: x += scale * y; 1: x *= scale
     act: u32,
-    pad1: u32,
+    // 1 for a plain add: 1 * y is y exactly, so the sum is x + y's
+    scale: f32,
 }
 
 // [n]
 @group(0) @binding(0) var<storage, read_write> x: array<f32>;
-// [n]
+// [n] (not read in the scale mode: any buffer other than x)
 @group(0) @binding(1) var<storage, read> y: array<f32>;
 @group(0) @binding(2) var<uniform> P: ElementwiseParams;
 
@@ -27,5 +30,13 @@ fn main(
     if (i >= P.n) {
         return;
     }
-    x[i] = x[i] + y[i];
+    if (P.act == 1u) {
+        x[i] = P.scale * x[i];
+        return;
+    }
+    // The product is its own statement so that it is rounded before the add (as ggml's
+    // ggml_scale then ggml_add); a compiler may still contract it into a fused multiply-add,
+    // which the selftest's tolerance for a scale other than 1 allows.
+    let sy = P.scale * y[i];
+    x[i] = x[i] + sy;
 }

@@ -268,6 +268,24 @@ pub trait Backend {
     }
     /// x[i] += y[i] for the first `len` elements.
     fn add(&mut self, x: &mut Self::Act, y: &Self::Act, len: usize) -> Result<()>;
+    /// x[i] += s * y[i] for the first `len` elements, `s * y[i]` rounded to f32 first
+    /// (granite's scaled residual branches). The default goes through the host.
+    fn add_scaled(&mut self, x: &mut Self::Act, y: &Self::Act, s: f32, len: usize) -> Result<()> {
+        let (mut a, mut b) = (vec![0f32; len], vec![0f32; len]);
+        self.read(x, &mut a)?;
+        self.read(y, &mut b)?;
+        let sum = a.clone();
+        kernels_ref::add_scaled(&sum, &b, s, &mut a);
+        self.write(x, &a)
+    }
+    /// x[i] *= s for the first `len` elements (granite's logit scale). The default goes through
+    /// the host.
+    fn scale(&mut self, x: &mut Self::Act, s: f32, len: usize) -> Result<()> {
+        let mut v = vec![0f32; len];
+        self.read(x, &mut v)?;
+        kernels_ref::scale(&mut v, s);
+        self.write(x, &v)
+    }
     /// out: [n_rows, width] = rows first..first+n_rows of x: [*, width].
     fn copy_rows(
         &mut self,

@@ -138,7 +138,8 @@ pub struct Config {
     /// Every this-many-th block (blocks l with (l + 1) % step == 0) applies no RoPE (NoPE):
     /// smollm3, whose step of 4 llama.cpp sets in code, not in the file
     /// (`src/models/smollm3.cpp`: `n_no_rope_layer_step = 4`, `use_rope = (il + 1) %
-    /// n_no_rope_layer_step != 0`).
+    /// n_no_rope_layer_step != 0`); 1 (no RoPE anywhere) for a granite file whose
+    /// `rope.scaling.finetuned` is false.
     pub no_rope_layer_step: Option<usize>,
     pub ffn_act: FfnAct,
     /// Multiplies every token embedding row: 1, or sqrt(n_embd) for gemma (llama.cpp's
@@ -157,12 +158,16 @@ pub struct Config {
     pub attn_logit_softcap: Option<f32>,
     /// Final logits become cap * tanh(logits / cap) (`<arch>.final_logit_softcapping`).
     pub final_logit_softcap: Option<f32>,
+    /// Multiplies each residual branch (the attention output, the FFN output) before its add:
+    /// 1, or granite's `<arch>.residual_scale` (llama.cpp's src/models/granite.cpp,
+    /// `f_residual_scale`).
+    pub residual_scale: f32,
+    /// Multiplies the final logits: 1, or 1 / granite's `<arch>.logit_scale`.
+    pub logit_scale: f32,
 }
 
 /// Architectures the forward pass runs, with the RoPE style each uses (llama.cpp's
-/// `llama_model_rope_type` in src/llama-model.cpp). (granite is llama-shaped too but scales
-/// the embedding, the residual branches, the attention and the logits by its own factors; it
-/// stays refused until those are applied.)
+/// `llama_model_rope_type` in src/llama-model.cpp).
 const SUPPORTED: &[(&str, RopeKind)] = &[
     ("llama", RopeKind::Normal),
     ("mistral", RopeKind::Normal),
@@ -175,6 +180,8 @@ const SUPPORTED: &[(&str, RopeKind)] = &[
     ("gemma2", RopeKind::Neox),
     ("gemma3", RopeKind::Neox),
     ("phi3", RopeKind::Neox),
+    ("granite", RopeKind::Normal),
+    ("granitemoe", RopeKind::Normal),
 ];
 
 /// Gemma 3's local/global interleave when the file gives none: llama.cpp's
@@ -264,7 +271,19 @@ impl Config {
             Some(_) => QkNorm::Whole,
         };
         let moe = moe_of(g, &arch, n_ff)?;
-        let no_rope_layer_step = (arch == "smollm3").then_some(4);
+        let granite = matches!(arch.as_str(), "granite" | "granitemoe");
+        // granite: `rope.scaling.finetuned` switches RoPE on (the default) or off in every
+        // block (llama.cpp's granite hparams: "Granite uses rope_finetuned as a switch for
+        // rope"); a step of 1 makes every block NoPE.
+        let granite_nope = granite
+            && !g
+                .opt(&key("rope.scaling.finetuned"), Gguf::get_bool)?
+                .unwrap_or(true);
+        let no_rope_layer_step = match arch.as_str() {
+            "smollm3" => Some(4),
+            _ if granite_nope => Some(1),
+            _ => None,
+        };
         let rope_freq_factors = match g.tensor("rope_freqs.weight") {
             None if scaling == Some("llama3") => {
                 return Err(Error::Config(format!(
@@ -364,6 +383,22 @@ impl Config {
         } else {
             1.0 / (head_dim as f32).sqrt()
         };
+        // granite's four multipliers; 0 (or absent) leaves that one off, as llama.cpp's
+        // `if (hparams.f_..._scale)` tests do.
+        let granite_scale = |k: &str| -> Result<Option<f32>> {
+            Ok(match granite {
+                true => g.opt(&key(k), Gguf::get_f32)?.filter(|&v| v != 0.0),
+                false => None,
+            })
+        };
+        let attn_scale = granite_scale("attention.scale")?.unwrap_or(attn_scale);
+        let residual_scale = granite_scale("residual_scale")?.unwrap_or(1.0);
+        let logit_scale = granite_scale("logit_scale")?.map_or(1.0, |s| 1.0 / s);
+        let embed_scale = match granite_scale("embedding_scale")? {
+            Some(s) => s,
+            None if gemma => (n_embd as f32).sqrt(),
+            None => 1.0,
+        };
 
         let c = Config {
             arch,
@@ -396,12 +431,14 @@ impl Config {
             // RMSNorm weights are used as stored: llama.cpp's converter already folded gemma's
             // (1 + w) into them (conversion/gemma.py, `Gemma3Model.norm_shift` adds 1.0 to every
             // `norm.weight`), and src/models/gemma3.cpp multiplies by the stored weight.
-            embed_scale: if gemma { (n_embd as f32).sqrt() } else { 1.0 },
+            embed_scale,
             post_norms: gemma,
             attn_logit_softcap,
             attn_scale,
             sliding_window,
             final_logit_softcap,
+            residual_scale,
+            logit_scale,
         };
         c.validate()?;
         Ok(c)
@@ -481,6 +518,13 @@ impl Config {
                 self.embed_scale, self.attn_scale
             ));
         }
+        let normal = |v: f32| v.is_finite() && v != 0.0;
+        if !(normal(self.residual_scale) && normal(self.logit_scale)) {
+            return bad(format!(
+                "residual scale {} / logit multiplier {} must be finite and non-zero",
+                self.residual_scale, self.logit_scale
+            ));
+        }
         Ok(())
     }
 
@@ -538,8 +582,10 @@ impl Config {
                 self.rope_attn_factor
             ));
         }
-        if let Some(step) = self.no_rope_layer_step {
-            d.push(format!("no RoPE in every {step}th block (NoPE)"));
+        match self.no_rope_layer_step {
+            Some(1) => d.push("no RoPE in any block (NoPE)".into()),
+            Some(step) => d.push(format!("no RoPE in every {step}th block (NoPE)")),
+            None => {}
         }
         if self.qkv_bias {
             d.push("Q, K and V biases".into());
@@ -595,6 +641,15 @@ impl Config {
         }
         if let Some(c) = self.final_logit_softcap {
             d.push(format!("final logits soft-capped at {c} (c tanh(x / c))"));
+        }
+        if self.residual_scale != 1.0 {
+            d.push(format!(
+                "attention and FFN outputs scaled by {} before each residual add",
+                self.residual_scale
+            ));
+        }
+        if self.logit_scale != 1.0 {
+            d.push(format!("final logits scaled by {}", self.logit_scale));
         }
         d.push(if self.tied_embeddings {
             "output head tied to the token embedding".into()
@@ -710,7 +765,7 @@ impl Config {
 fn moe_of(g: &Gguf, arch: &str, n_ff: usize) -> Result<Option<Moe>> {
     let key = |k: &str| format!("{arch}.{k}");
     let qwen = matches!(arch, "qwen2moe" | "qwen3moe");
-    let needs = qwen || arch == "olmoe";
+    let needs = qwen || matches!(arch, "olmoe" | "granitemoe");
     let n_expert = g.opt(&key("expert_count"), Gguf::get_u32)?.unwrap_or(0) as usize;
     if n_expert == 0 {
         if needs {
@@ -744,7 +799,8 @@ fn moe_of(g: &Gguf, arch: &str, n_ff: usize) -> Result<Option<Moe>> {
         n_expert,
         n_expert_used,
         n_ff_exp,
-        norm_weights: matches!(arch, "qwen3moe" | "llama" | "mistral"),
+        // granitemoe: llama.cpp's `build_moe_ffn(..., norm_w = true, ...)`.
+        norm_weights: matches!(arch, "qwen3moe" | "llama" | "mistral" | "granitemoe"),
         n_ff_shared,
     }))
 }

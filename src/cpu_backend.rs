@@ -665,6 +665,19 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
+    fn add_scaled(&mut self, x: &mut Vec<f32>, y: &Vec<f32>, s: f32, len: usize) -> Result<()> {
+        x[..len].iter_mut().zip(&y[..len]).for_each(|(a, b)| {
+            let sb = s * b;
+            *a += sb;
+        });
+        Ok(())
+    }
+
+    fn scale(&mut self, x: &mut Vec<f32>, s: f32, len: usize) -> Result<()> {
+        x[..len].iter_mut().for_each(|v| *v *= s);
+        Ok(())
+    }
+
     fn copy_rows(
         &mut self,
         x: &Vec<f32>,

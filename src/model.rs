@@ -174,7 +174,7 @@ fn residual<B: Backend>(
         Att => &s.att,
         Gated => &s.g,
     };
-    if !cfg.post_norms {
+    if !cfg.post_norms && cfg.residual_scale == 1.0 {
         return b.matmul_add(w, y, n, cfg.n_embd, &mut s.o, &mut s.x);
     }
     b.matmul(w, y, n, &mut s.o)?;
@@ -182,7 +182,7 @@ fn residual<B: Backend>(
 }
 
 /// x += s.o, the branch output (rms_norm(s.o) with the `post` weights where the model
-/// normalizes its branches).
+/// normalizes its branches; residual_scale * s.o where it scales them).
 fn add_branch<B: Backend>(
     b: &mut B,
     cfg: &Config,
@@ -190,6 +190,10 @@ fn add_branch<B: Backend>(
     post: WeightId,
     n: usize,
 ) -> Result<()> {
+    if cfg.residual_scale != 1.0 {
+        // granite (no post-norms): x += scale * o.
+        return b.add_scaled(&mut s.x, &s.o, cfg.residual_scale, n * cfg.n_embd);
+    }
     if !cfg.post_norms {
         return b.add(&mut s.x, &s.o, n * cfg.n_embd);
     }
@@ -214,6 +218,9 @@ pub fn head_stage<B: Backend>(
         WeightId::Output
     };
     b.matmul(out, &s.h, n_rows, &mut s.logits)?;
+    if cfg.logit_scale != 1.0 {
+        b.scale(&mut s.logits, cfg.logit_scale, n_rows * cfg.n_vocab)?;
+    }
     if let Some(cap) = cfg.final_logit_softcap {
         b.softcap(&mut s.logits, cap, n_rows * cfg.n_vocab)?;
     }

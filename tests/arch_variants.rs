@@ -45,6 +45,11 @@ const N_FF_EXP: usize = 32;
 const N_FF_SHARED: usize = 64;
 /// phi3's LongRoPE attention factor (sqrt(1 + ln(32) / ln(4096)), Phi-4-mini's).
 const PHI3_ATTN_FACTOR: f32 = 1.1902;
+/// granite's multipliers in the test files.
+const GRANITE_EMBD_SCALE: f32 = 3.0;
+const GRANITE_RESIDUAL_SCALE: f32 = 0.4;
+const GRANITE_ATTN_SCALE: f32 = 0.09;
+const GRANITE_LOGIT_SCALE: f32 = 4.0;
 
 /// GPT-2's byte-to-unicode map: the vocabulary of a byte-level BPE with no merges.
 /// Roughly N(0, scale²) values, every 97th 6x larger (an outlier now and then).
@@ -97,7 +102,19 @@ impl Variant {
     }
     /// A mixture of experts (`N_EXPERT` experts, `N_EXPERT_USED` per token).
     fn moe(&self) -> bool {
-        matches!(self.arch, "qwen3moe" | "qwen2moe" | "olmoe" | "mixtral")
+        matches!(
+            self.arch,
+            "qwen3moe" | "qwen2moe" | "olmoe" | "mixtral" | "granitemoe"
+        )
+    }
+    /// granite and granitemoe: the embedding, the residual branches and the logits scaled by
+    /// the file's factors, and its own attention scale; granitemoe here with RoPE switched
+    /// off (`rope.scaling.finetuned` false: no block rotates).
+    fn granite(&self) -> bool {
+        matches!(self.arch, "granite" | "granitemoe")
+    }
+    fn granite_nope(&self) -> bool {
+        self.arch == "granitemoe"
     }
     /// The experts' width: the qwen MoE files state theirs, the others use n_ff.
     fn n_ff_exp(&self) -> usize {
@@ -224,6 +241,27 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             Value::Array(memwall::gguf::ValueType::String, vec![]),
         )
         .metadata("tokenizer.ggml.eos_token_id", Value::U32(256));
+    if v.granite() {
+        // Far enough from 1 that a factor left out moves the logits by much more than the
+        // tolerance (real granite 3 files: 12, 0.22, 1/128 and 8 at width 2048).
+        w = w
+            .metadata(
+                format!("{a}.embedding_scale"),
+                Value::F32(GRANITE_EMBD_SCALE),
+            )
+            .metadata(
+                format!("{a}.residual_scale"),
+                Value::F32(GRANITE_RESIDUAL_SCALE),
+            )
+            .metadata(
+                format!("{a}.attention.scale"),
+                Value::F32(GRANITE_ATTN_SCALE),
+            )
+            .metadata(format!("{a}.logit_scale"), Value::F32(GRANITE_LOGIT_SCALE));
+        if v.granite_nope() {
+            w = w.metadata(format!("{a}.rope.scaling.finetuned"), Value::Bool(false));
+        }
+    }
     if v.gemma2() {
         w = w.metadata(format!("{a}.attn_logit_softcapping"), Value::F32(2.0));
     }
@@ -396,7 +434,8 @@ fn write_model(v: &Variant, path: &std::path::Path) {
 }
 
 #[test]
-fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_and_moe_match_the_reference() {
+fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_match_the_reference()
+{
     let dir = std::env::temp_dir().join(format!("memwall-arch-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     // Float weights take the fast path's f32 dot products, so they must match the reference
@@ -438,6 +477,10 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_and_moe_match_the
         v("olmoe", false, false, GgmlType::F32),
         v("mixtral", false, false, GgmlType::F32),
         v("mixtral", true, false, GgmlType::Q8_0),
+        v("granite", false, false, GgmlType::F32),
+        v("granite", true, false, GgmlType::Q4_0),
+        v("granitemoe", false, false, GgmlType::F32),
+        v("granitemoe", true, false, GgmlType::Q8_0),
     ];
     for v in &variants {
         let v: &Variant = v;
@@ -466,13 +509,26 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_and_moe_match_the
                 assert!(v.moe());
                 assert_eq!((m.n_expert, m.n_expert_used), (N_EXPERT, N_EXPERT_USED));
                 assert_eq!(m.n_ff_exp, v.n_ff_exp());
-                assert_eq!(m.norm_weights, matches!(v.arch, "qwen3moe" | "mixtral"));
+                assert_eq!(
+                    m.norm_weights,
+                    matches!(v.arch, "qwen3moe" | "mixtral" | "granitemoe")
+                );
                 let shared = (v.arch == "qwen2moe").then_some(N_FF_SHARED);
                 assert_eq!(m.n_ff_shared, shared);
             }
             None => assert!(!v.moe()),
         }
         assert_eq!(c.post_norms, v.gemma());
+        if v.granite() {
+            assert_eq!(c.embed_scale, GRANITE_EMBD_SCALE);
+            assert_eq!(c.residual_scale, GRANITE_RESIDUAL_SCALE);
+            assert_eq!(c.attn_scale, GRANITE_ATTN_SCALE);
+            assert_eq!(c.logit_scale, 1.0 / GRANITE_LOGIT_SCALE);
+            let rotating = (0..c.n_layer).filter(|&l| c.uses_rope(l)).count();
+            assert_eq!(rotating, if v.granite_nope() { 0 } else { c.n_layer });
+        } else {
+            assert_eq!((c.residual_scale, c.logit_scale), (1.0, 1.0));
+        }
         if v.gemma2() {
             let local: Vec<bool> = (0..4).map(|l| c.window(l).is_some()).collect();
             assert_eq!(local, [true, false, true, false]);
@@ -618,7 +674,8 @@ fn unsupported_architecture_and_missing_tensor_are_named() {
 /// must be found): the whole model on the GPU against the same kernels-ref forward pass, prefill
 /// and token by token.
 #[test]
-fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_and_the_mixtures_on_the_gpu_match_the_reference() {
+fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_granite_and_the_mixtures_on_the_gpu_match_the_reference()
+{
     use memwall::engine::DeviceChoice;
     use memwall::gpu::DeviceSelector;
     use memwall::kv_type::KvType;
@@ -641,6 +698,11 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_and_the_mixtures_on_the_gpu_match_the
         ("qwen3moe", GgmlType::Q8_0, true, 0.12),
         ("qwen2moe", GgmlType::F32, true, 5e-3),
         ("olmoe", GgmlType::F32, false, 5e-3),
+        // Scaled embedding, residual branches (the add kernel's scaled form) and logits (its
+        // scale mode); granitemoe without RoPE.
+        ("granite", GgmlType::F32, false, 5e-3),
+        ("granite", GgmlType::Q8_0, true, 0.12),
+        ("granitemoe", GgmlType::F32, false, 5e-3),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {
@@ -679,7 +741,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_and_the_mixtures_on_the_gpu_match_the
         if v.longrope().is_none() {
             assert_eq!(c.rope_freq_factors, v.rope_factors());
         }
-        assert_eq!(c.uses_rope(3), v.arch != "smollm3");
+        assert_eq!(c.uses_rope(3), v.arch != "smollm3" && !v.granite_nope());
         let g = Gguf::open(&path).unwrap();
         let ids: Vec<u32> = model
             .tokenizer()

@@ -47,7 +47,8 @@
 //!     "storage": Storage | null,     // with a memory plan (streamed blocks' reads)
 //!     "experts": { "hit_rate": float, "read_bytes_per_token": float,
 //!                  "read_s_per_token": float, "wait_s_per_token": float,
-//!                  "compute_s_per_token": float,
+//!                  "compute_s_per_token": float, "misses_per_token": float,
+//!                  "read_ahead_per_token": float, "read_ahead_used": float,
 //!                  "held": int, "held_bytes": int, "capacity_bytes": int } | null
 //!                                    // an expert cache, over the timed decode runs
 //!   } ]
@@ -364,6 +365,8 @@ fn run_config(
                     bytes_read: e.bytes_read + d.bytes_read,
                     read_s: e.read_s + d.read_s,
                     wait_s: e.wait_s + d.wait_s,
+                    read_ahead: e.read_ahead + d.read_ahead,
+                    read_ahead_used: e.read_ahead_used + d.read_ahead_used,
                     ..d
                 },
             });
@@ -438,6 +441,13 @@ fn run_config(
             read_s_per_token: x.read_s / tokens,
             wait_s_per_token: x.wait_s / tokens,
             compute_s_per_token: (decode_s - x.wait_s).max(0.0) / tokens,
+            misses_per_token: x.misses as f64 / tokens,
+            read_ahead_per_token: x.read_ahead as f64 / tokens,
+            read_ahead_used: if x.read_ahead == 0 {
+                0.0
+            } else {
+                x.read_ahead_used as f64 / x.read_ahead as f64
+            },
             held: x.held,
             held_bytes: x.held_bytes,
             capacity_bytes: x.capacity_bytes,

@@ -130,6 +130,12 @@ pub struct ExpertResult {
     pub read_s_per_token: f64,
     pub wait_s_per_token: f64,
     pub compute_s_per_token: f64,
+    /// Experts read from storage per decoded token (the misses).
+    pub misses_per_token: f64,
+    /// Experts read ahead of their block's router on a guess per decoded token, and the
+    /// fraction of those the block then needed.
+    pub read_ahead_per_token: f64,
+    pub read_ahead_used: f64,
     /// Experts held at the end, their bytes, and the cache's capacity.
     pub held: usize,
     pub held_bytes: u64,

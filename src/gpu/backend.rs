@@ -625,6 +625,22 @@ impl Backend for GpuBackend {
         self.record(launch)
     }
 
+    fn add_scaled(&mut self, x: &mut GpuAct, y: &GpuAct, s: f32, len: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        self.written(&x.buf);
+        let launch = m.kernels.add_scaled_launch(&x.buf, &y.buf, s, len)?;
+        self.record(launch)
+    }
+
+    fn scale(&mut self, x: &mut GpuAct, s: f32, len: usize) -> Result<()> {
+        let m = Arc::clone(&self.m);
+        self.written(&x.buf);
+        // The argmax ids' buffer stands in for the binding the scale mode does not read.
+        let argmax_out = self.argmax_out.clone();
+        let launch = m.kernels.scale_launch(&x.buf, &argmax_out, s, len)?;
+        self.record(launch)
+    }
+
     fn copy_rows(
         &mut self,
         x: &GpuAct,

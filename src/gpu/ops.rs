@@ -8,7 +8,7 @@ use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
 use crate::gpu::shaders::{
     act_code, BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams,
-    ACT_SILU, QK,
+    ACT_SILU, ADD_SCALED, QK, SCALE,
 };
 
 /// Rotary embedding settings (see kernels-ref's `rope`).
@@ -177,7 +177,47 @@ impl Kernels {
         b: &'a wgpu::Buffer,
         n: usize,
     ) -> Result<Launch<'a>> {
-        self.elementwise_act_launch(key, ACT_SILU, a, b, n)
+        self.elementwise_act_launch(key, ACT_SILU, 1.0, a, b, n)
+    }
+
+    /// The launch of `x += s * y` in place (`s * y` rounded first, as kernels-ref's
+    /// `add_scaled`); both `[n]` f32.
+    pub fn add_scaled_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        y: &'a wgpu::Buffer,
+        s: f32,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        self.elementwise_act_launch(KernelKey::Add, ADD_SCALED, s, x, y, n)
+    }
+
+    /// The launch of `x *= s` in place; x `[n]` f32. The add kernel in its scale mode does
+    /// not read its second binding, but a dispatch must bind one: `unread` is any buffer
+    /// other than `x` (of any length).
+    pub fn scale_launch<'a>(
+        &self,
+        x: &'a wgpu::Buffer,
+        unread: &'a wgpu::Buffer,
+        s: f32,
+        n: usize,
+    ) -> Result<Launch<'a>> {
+        check_len("scale", x, n as u64)?;
+        let n = to_u32(n, "n")?;
+        let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
+        let params = ElementwiseParams {
+            n,
+            groups_x: groups.0,
+            act: SCALE,
+            scale: s,
+        };
+        Ok(Launch::new(
+            KernelKey::Add,
+            &params,
+            &[(0, x), (1, unread)],
+            2,
+            groups,
+        ))
     }
 
     /// The launch of `gate = act(gate) * up` in place (SwiGLU or GeGLU); both `[n]` f32.
@@ -188,13 +228,14 @@ impl Kernels {
         up: &'a wgpu::Buffer,
         n: usize,
     ) -> Result<Launch<'a>> {
-        self.elementwise_act_launch(KernelKey::Swiglu, act_code(act), gate, up, n)
+        self.elementwise_act_launch(KernelKey::Swiglu, act_code(act), 1.0, gate, up, n)
     }
 
     fn elementwise_act_launch<'a>(
         &self,
         key: KernelKey,
         act: u32,
+        scale: f32,
         a: &'a wgpu::Buffer,
         b: &'a wgpu::Buffer,
         n: usize,
@@ -207,7 +248,7 @@ impl Kernels {
             n,
             groups_x: groups.0,
             act,
-            pad1: 0,
+            scale,
         };
         let bufs = [(0, a), (1, b)];
         Ok(Launch::new(key, &params, &bufs, 2, groups))

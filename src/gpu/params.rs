@@ -85,10 +85,17 @@ pub struct ElementwiseParams {
     pub n: u32,
     /// workgroups along x in the dispatch
     pub groups_x: u32,
-    /// the gated units' activation: [`ACT_SILU`] or [`ACT_GELU_TANH`] (`add` ignores it)
+    /// the gated units' activation: [`ACT_SILU`] or [`ACT_GELU_TANH`]; `add`'s mode:
+    /// [`ADD_SCALED`] or [`SCALE`]
     pub act: u32,
-    pub pad1: u32,
+    /// `add`'s factor (1 for a plain add); the gated units ignore it
+    pub scale: f32,
 }
+
+/// `ElementwiseParams::act` of `add`: x += scale * y.
+pub const ADD_SCALED: u32 = 0;
+/// `ElementwiseParams::act` of `add`: x *= scale (y is not read).
+pub const SCALE: u32 = 1;
 
 /// `ElementwiseParams::act` of SwiGLU.
 pub const ACT_SILU: u32 = 0;

@@ -376,7 +376,7 @@ impl Kernels {
             n: n_u,
             groups_x: groups.0,
             act: crate::gpu::shaders::act_code(act),
-            pad1: 0,
+            scale: 1.0,
         };
         let bufs = [(0, gate), (1, up), (3, qx), (4, qd)];
         Ok(Launch::new(

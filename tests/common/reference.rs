@@ -227,13 +227,11 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
                 &mut o,
             );
         }
-        let x2 = x.clone();
-        kernels_ref::add(&x2, &o, &mut x);
+        residual_add(&mut x, &o, c.residual_scale);
         kernels_ref::rms_norm(&x, &vecf(g, &p("ffn_norm.weight")), c.rms_eps, &mut h);
         if c.moe.is_some() {
             let d = moe(g, c, l, &h, n);
-            let x2 = x.clone();
-            kernels_ref::add(&x2, &d, &mut x);
+            residual_add(&mut x, &d, c.residual_scale);
             continue;
         }
         let (gate, up) = if g.tensor(&p("ffn_gate.weight")).is_some() {
@@ -257,8 +255,7 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
             let r = d.clone();
             kernels_ref::rms_norm(&r, &vecf(g, &p("post_ffw_norm.weight")), c.rms_eps, &mut d);
         }
-        let x2 = x.clone();
-        kernels_ref::add(&x2, &d, &mut x);
+        residual_add(&mut x, &d, c.residual_scale);
     }
     kernels_ref::rms_norm(&x, &vecf(g, "output_norm.weight"), c.rms_eps, &mut h);
     let out = if c.tied_embeddings {
@@ -267,10 +264,24 @@ pub fn reference_forward(g: &Gguf, c: &Config, ids: &[u32], n_ctx: usize) -> Vec
         "output.weight"
     };
     let mut logits = matmul(g, out, &h, n);
+    // granite: times 1 / its logit scale.
+    if c.logit_scale != 1.0 {
+        kernels_ref::scale(&mut logits, c.logit_scale);
+    }
     if let Some(cap) = c.final_logit_softcap {
         kernels_ref::softcap(&mut logits, cap);
     }
     logits
+}
+
+/// x += branch, or x += scale * branch (granite's residual scale).
+fn residual_add(x: &mut [f32], branch: &[f32], scale: f32) {
+    let x2 = x.to_vec();
+    if scale == 1.0 {
+        kernels_ref::add(&x2, branch, x);
+    } else {
+        kernels_ref::add_scaled(&x2, branch, scale, x);
+    }
 }
 
 /// Largest |a - b| relative to the largest |b|.

@@ -60,6 +60,34 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
+/// `out = a + s * b`, element-wise; all three `[n]` (granite's residual branches, scaled by
+/// `residual_scale` before their add). `s * b` is rounded to f32 before the add, as ggml's
+/// `ggml_scale` then `ggml_add` do.
+///
+/// # Panics
+/// If the lengths differ (programmer error).
+pub fn add_scaled(a: &[f32], b: &[f32], s: f32, out: &mut [f32]) {
+    assert!(
+        a.len() == b.len() && b.len() == out.len(),
+        "add_scaled: lengths differ (a {}, b {}, out {})",
+        a.len(),
+        b.len(),
+        out.len()
+    );
+    for ((o, &x), &y) in out.iter_mut().zip(a).zip(b) {
+        let sy = s * y;
+        *o = x + sy;
+    }
+}
+
+/// `x *= s` in place, each product rounded to f32 (granite's logits, scaled by 1 / its logit
+/// scale).
+pub fn scale(x: &mut [f32], s: f32) {
+    for v in x {
+        *v *= s;
+    }
+}
+
 /// `out = a + b`, element-wise; all three `[n]`.
 ///
 /// # Panics

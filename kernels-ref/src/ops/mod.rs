@@ -18,7 +18,7 @@ mod rope;
 mod softmax;
 
 pub use attention::{attention, AttnScores};
-pub use elementwise::{add, geglu, gelu_tanh, silu, softcap, swiglu};
+pub use elementwise::{add, add_scaled, geglu, gelu_tanh, scale, silu, softcap, swiglu};
 pub use embedding::embedding;
 pub use matmul::matmul;
 pub use matvec::{dot_f64, matvec};

@@ -670,6 +670,8 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "bytes_read": x.bytes_read,
                 "read_s": x.read_s,
                 "wait_s": x.wait_s,
+                "read_ahead": x.read_ahead,
+                "read_ahead_used": x.read_ahead_used,
                 "held": x.held,
                 "held_bytes": x.held_bytes,
                 "capacity_bytes": x.capacity_bytes,
@@ -733,14 +735,17 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         if let Some(x) = model.expert_stats() {
             eprintln!(
                 "experts: {:.1}% of {} needed were held ({} of {} cached), {:.1} MB read from \
-                 storage in {:.2} s ({:.2} s of it waited for)",
+                 storage in {:.2} s ({:.2} s of it waited for); {} read ahead on a guess, {} of \
+                 them used",
                 100.0 * x.hit_rate(),
                 x.hits + x.misses,
                 x.held,
                 memwall::ground::format_size(x.capacity_bytes),
                 x.bytes_read as f64 / 1e6,
                 x.read_s,
-                x.wait_s
+                x.wait_s,
+                x.read_ahead,
+                x.read_ahead_used
             );
         }
         if let Some(sp) = &gen.speculative {

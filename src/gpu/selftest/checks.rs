@@ -493,6 +493,26 @@ pub(super) fn add(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<
         let got = run_read(ctx, &d, &ab, n, &mut worst)?;
         // f32 addition is correctly rounded everywhere: exact.
         worst.add_all(&got, &want, |_| 0.0);
+        // Scaled (granite's residual branches): s * y rounded then added, or fused into one
+        // multiply-add by the compiler: within one rounding of each.
+        let s = 0.2197f32;
+        kernels_ref::add_scaled(&a, &b, s, &mut want);
+        let ab = poisoned(ctx, "x", &a)?;
+        let d = prepare(ctx, ks, ks.add_scaled_launch(&ab, &bb, s, n)?, key)?;
+        let got = run_read(ctx, &d, &ab, n, &mut worst)?;
+        let ulp = f64::from(f32::EPSILON);
+        worst.add_all(&got, &want, |i| {
+            ulp * (f64::from(a[i].abs()) + f64::from((s * b[i]).abs()))
+        });
+        // The scale mode (granite's logits): one correctly rounded product, exact; its
+        // second binding is not read (a one-value buffer here).
+        let mut want = a.clone();
+        kernels_ref::scale(&mut want, s);
+        let ab = poisoned(ctx, "x", &a)?;
+        let unread = kernels::upload_f32(ctx, "unread", &[f32::NAN])?;
+        let d = prepare(ctx, ks, ks.scale_launch(&ab, &unread, s, n)?, key)?;
+        let got = run_read(ctx, &d, &ab, n, &mut worst)?;
+        worst.add_all(&got, &want, |_| 0.0);
     }
     Ok(worst)
 }
