@@ -1,6 +1,7 @@
 // The mixture's output: out[t] = sum_j weights[t, j] * y[t * k + j] over a token's K routed
-// experts' outputs, plus sigmoid(gate[t]) * shared[t] when P.has_shared is set (qwen2moe's shared
-// expert and its gate logit). Standalone module. One invocation per output element; 2-D
+// experts' outputs, plus sigmoid(gate[t]) * shared[t] when P.has_shared is 1 (qwen2moe's shared
+// expert and its gate logit), or shared[t] when it is 2 (granitemoe's ungated shared expert).
+// Standalone module. One invocation per output element; 2-D
 // dispatch as in matvec.wgsl.
 
 override WG: u32 = 64u;
@@ -11,7 +12,7 @@ struct MoeCombineParams {
     n: u32,
     // experts per token (K)
     k: u32,
-    // 1: add the shared expert's gated output
+    // 0: no shared expert; 1: add its gated output; 2: add its output
     has_shared: u32,
     // workgroups along x in the dispatch
     groups_x: u32,
@@ -26,7 +27,7 @@ struct MoeCombineParams {
 @group(0) @binding(1) var<storage, read> weights: array<f32>;
 // [n_tokens, n] the shared expert's output (any buffer when P.has_shared is 0)
 @group(0) @binding(2) var<storage, read> shared_y: array<f32>;
-// [n_tokens] the shared expert's gate logits (any buffer when P.has_shared is 0)
+// [n_tokens] the shared expert's gate logits (any buffer when P.has_shared is not 1)
 @group(0) @binding(3) var<storage, read> shared_gate: array<f32>;
 // [n_tokens, n]
 @group(0) @binding(4) var<storage, read_write> out: array<f32>;
@@ -51,6 +52,8 @@ fn main(
     if (P.has_shared == 1u) {
         let s = 1.0 / (1.0 + exp(-shared_gate[t]));
         acc += s * shared_y[i];
+    } else if (P.has_shared == 2u) {
+        acc += shared_y[i];
     }
     out[i] = acc;
 }

@@ -441,9 +441,11 @@ pub(crate) fn expected_weights(cfg: &Config) -> Vec<(WeightId, Vec<usize>)> {
                     (UpExps(l), vec![e, fe, x]),
                     (DownExps(l), vec![fe, e, x]),
                 ]);
+                if let (Some(_), true) = (m.n_ff_shared, m.shared_gate) {
+                    v.push((GateInpShexp(l), vec![e]));
+                }
                 if let Some(fs) = m.n_ff_shared {
                     v.extend([
-                        (GateInpShexp(l), vec![e]),
                         (GateShexp(l), vec![e, fs]),
                         (UpShexp(l), vec![e, fs]),
                         (DownShexp(l), vec![fs, e]),

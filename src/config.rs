@@ -58,9 +58,13 @@ pub struct Moe {
     /// The kept probabilities are divided by their sum (`norm_w`: true for qwen3moe and
     /// llama, false for qwen2moe and olmoe, as their graph builders pass it).
     pub norm_weights: bool,
-    /// Width of the shared expert every token also runs (qwen2moe), scaled by the sigmoid of
-    /// its own gate (`ffn_gate_inp_shexp`).
+    /// Width of the shared expert every token also runs (qwen2moe; granitemoe files of
+    /// Granite's shared-expert models).
     pub n_ff_shared: Option<usize>,
+    /// The shared expert's output is scaled by the sigmoid of its own gate
+    /// (`ffn_gate_inp_shexp`: qwen2moe), or added as it is (granitemoe: llama.cpp's
+    /// src/models/granite.cpp adds `ffn_shexp` to the routed sum).
+    pub shared_gate: bool,
 }
 
 /// Sliding-window (local) attention on some layers, as gemma3 interleaves it with global
@@ -607,7 +611,10 @@ impl Config {
                     ""
                 },
                 m.n_ff_shared
-                    .map(|w| format!(", a gated shared expert of width {w}"))
+                    .map(|w| format!(
+                        ", a{} shared expert of width {w}",
+                        if m.shared_gate { " gated" } else { "n ungated" }
+                    ))
                     .unwrap_or_default()
             ));
         }
@@ -788,11 +795,11 @@ fn moe_of(g: &Gguf, arch: &str, n_ff: usize) -> Result<Option<Moe>> {
         None if qwen => n_ff / n_expert_used.max(1),
         None => n_ff,
     };
+    let shared_width = g.opt(&key("expert_shared_feed_forward_length"), Gguf::get_u32)?;
     let n_ff_shared = match arch {
-        "qwen2moe" => Some(
-            g.opt(&key("expert_shared_feed_forward_length"), Gguf::get_u32)?
-                .map_or(n_ff, |w| w as usize),
-        ),
+        "qwen2moe" => Some(shared_width.map_or(n_ff, |w| w as usize)),
+        // Granite's shared-expert models are granitemoe files stating a shared width.
+        "granitemoe" => shared_width.filter(|&w| w > 0).map(|w| w as usize),
         _ => None,
     };
     Ok(Some(Moe {
@@ -802,6 +809,7 @@ fn moe_of(g: &Gguf, arch: &str, n_ff: usize) -> Result<Option<Moe>> {
         // granitemoe: llama.cpp's `build_moe_ffn(..., norm_w = true, ...)`.
         norm_weights: matches!(arch, "qwen3moe" | "llama" | "mistral" | "granitemoe"),
         n_ff_shared,
+        shared_gate: arch == "qwen2moe",
     }))
 }
 

@@ -97,6 +97,8 @@ impl Variant {
     fn file_arch(&self) -> &'static str {
         match self.arch {
             "llama3" | "mixtral" => "llama",
+            // Granite's shared-expert models are granitemoe files with a shared width.
+            "granitemoeshared" => "granitemoe",
             a => a,
         }
     }
@@ -104,14 +106,18 @@ impl Variant {
     fn moe(&self) -> bool {
         matches!(
             self.arch,
-            "qwen3moe" | "qwen2moe" | "olmoe" | "mixtral" | "granitemoe"
+            "qwen3moe" | "qwen2moe" | "olmoe" | "mixtral" | "granitemoe" | "granitemoeshared"
         )
     }
     /// granite and granitemoe: the embedding, the residual branches and the logits scaled by
     /// the file's factors, and its own attention scale; granitemoe here with RoPE switched
     /// off (`rope.scaling.finetuned` false: no block rotates).
     fn granite(&self) -> bool {
-        matches!(self.arch, "granite" | "granitemoe")
+        matches!(self.arch, "granite" | "granitemoe" | "granitemoeshared")
+    }
+    /// A shared expert: qwen2moe's gated by a sigmoid, granite's added as it is.
+    fn shared_expert(&self) -> bool {
+        matches!(self.arch, "qwen2moe" | "granitemoeshared")
     }
     fn granite_nope(&self) -> bool {
         self.arch == "granitemoe"
@@ -304,7 +310,7 @@ fn write_model(v: &Variant, path: &std::path::Path) {
                 Value::U32(v.n_ff_exp() as u32),
             );
         }
-        if v.arch == "qwen2moe" {
+        if v.shared_expert() {
             w = w.metadata(
                 format!("{a}.expert_shared_feed_forward_length"),
                 Value::U32(N_FF_SHARED as u32),
@@ -386,6 +392,8 @@ fn write_model(v: &Variant, path: &std::path::Path) {
             if v.arch == "qwen2moe" {
                 let gate = rand_vec(&mut rng, N_EMBD, 1.0 / (N_EMBD as f32).sqrt());
                 w = w.tensor_f32(p("ffn_gate_inp_shexp.weight"), &[N_EMBD as u64], &gate);
+            }
+            if v.shared_expert() {
                 w = mat(w, p("ffn_gate_shexp.weight"), N_FF_SHARED, N_EMBD, &mut rng);
                 w = mat(w, p("ffn_up_shexp.weight"), N_FF_SHARED, N_EMBD, &mut rng);
                 w = mat(w, p("ffn_down_shexp.weight"), N_EMBD, N_FF_SHARED, &mut rng);
@@ -481,6 +489,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
         v("granite", true, false, GgmlType::Q4_0),
         v("granitemoe", false, false, GgmlType::F32),
         v("granitemoe", true, false, GgmlType::Q8_0),
+        v("granitemoeshared", false, false, GgmlType::F32),
     ];
     for v in &variants {
         let v: &Variant = v;
@@ -511,10 +520,14 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
                 assert_eq!(m.n_ff_exp, v.n_ff_exp());
                 assert_eq!(
                     m.norm_weights,
-                    matches!(v.arch, "qwen3moe" | "mixtral" | "granitemoe")
+                    matches!(
+                        v.arch,
+                        "qwen3moe" | "mixtral" | "granitemoe" | "granitemoeshared"
+                    )
                 );
-                let shared = (v.arch == "qwen2moe").then_some(N_FF_SHARED);
+                let shared = v.shared_expert().then_some(N_FF_SHARED);
                 assert_eq!(m.n_ff_shared, shared);
+                assert_eq!(m.shared_gate, v.arch == "qwen2moe");
             }
             None => assert!(!v.moe()),
         }
@@ -703,6 +716,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_granite_and_the_mixtures_on_the_gpu_m
         ("granite", GgmlType::F32, false, 5e-3),
         ("granite", GgmlType::Q8_0, true, 0.12),
         ("granitemoe", GgmlType::F32, false, 5e-3),
+        ("granitemoeshared", GgmlType::F32, false, 5e-3),
     ];
     for (arch, matrix_type, tied, tol) in cases {
         let v = Variant {

@@ -660,7 +660,8 @@ impl CpuBackend {
     }
 
     /// out += sigmoid(x · gate_inp_shexp) * shared_ffn(x) for every token (qwen2moe's shared
-    /// expert: llama.cpp's src/models/qwen2moe.cpp forms the sigmoid as silu(v) / v).
+    /// expert: llama.cpp's src/models/qwen2moe.cpp forms the sigmoid as silu(v) / v), or
+    /// out += shared_ffn(x) where the shared expert has no gate (granitemoe).
     fn shared_expert(
         &mut self,
         l: usize,
@@ -678,6 +679,13 @@ impl CpuBackend {
         self.matmul_many(&[GateShexp(l), UpShexp(l)], x, n, &mut [&mut s.g, &mut s.u])?;
         crate::cpu::glu_in_place(self.cfg.ffn_act, &mut s.g[..n * fs], &s.u[..n * fs])?;
         self.matmul(DownShexp(l), &s.g, n, &mut s.y)?;
+        if !self.cfg.moe.as_ref().is_some_and(|m| m.shared_gate) {
+            out[..n * d]
+                .iter_mut()
+                .zip(&s.y[..n * d])
+                .for_each(|(o, y)| *o += y);
+            return Ok(());
+        }
         let gate = self.vec(GateInpShexp(l))?;
         for t in 0..n {
             let xt = &x[t * d..(t + 1) * d];

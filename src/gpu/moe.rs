@@ -201,7 +201,7 @@ impl Kernels {
         &self,
         y: &'a wgpu::Buffer,
         weights: &'a wgpu::Buffer,
-        shared: Option<(&'a wgpu::Buffer, &'a wgpu::Buffer)>,
+        shared: Option<(&'a wgpu::Buffer, Option<&'a wgpu::Buffer>)>,
         out: &'a wgpu::Buffer,
         n_tokens: usize,
         n: usize,
@@ -213,7 +213,9 @@ impl Kernels {
         check_len("moe_combine out", out, len)?;
         if let Some((sy, sg)) = shared {
             check_len("moe_combine shared output", sy, len)?;
-            check_len("moe_combine shared gate", sg, n_tokens)?;
+            if let Some(sg) = sg {
+                check_len("moe_combine shared gate", sg, n_tokens)?;
+            }
         }
         to_u32(len.saturating_mul(k), "moe_combine y elements")?;
         let total = to_u32(len, "moe_combine elements")?;
@@ -222,14 +224,20 @@ impl Kernels {
             n_tokens: to_u32(n_tokens, "n_tokens")?,
             n: to_u32(n, "n")?,
             k: to_u32(k, "k")?,
-            has_shared: u32::from(shared.is_some()),
+            has_shared: match shared {
+                None => 0,
+                Some((_, Some(_))) => 1,
+                Some((_, None)) => 2,
+            },
             groups_x: groups.0,
             pad0: 0,
             pad1: 0,
             pad2: 0,
         };
-        // Without a shared expert its bindings take buffers the kernel never reads.
-        let (sy, sg) = shared.unwrap_or((y, weights));
+        // Without a shared expert (or its gate) its bindings take buffers the kernel never
+        // reads.
+        let (sy, sg) = shared.unwrap_or((y, None));
+        let sg = sg.unwrap_or(weights);
         let bufs = [(0, y), (1, weights), (2, sy), (3, sg), (4, out)];
         Ok(Launch::new(
             KernelKey::MoeCombine,

@@ -62,8 +62,8 @@ fn ffn(g: &Gguf, c: &Config, names: [&str; 3], e: Option<usize>, x: &[f32], n: u
 
 /// Block l's mixture of experts on h: [n, n_embd], token by token as llama.cpp's
 /// `build_moe_ffn`: softmax of the router's logits, the top n_expert_used experts weighted by
-/// their (normalized) probabilities, plus qwen2moe's shared expert times the sigmoid of its
-/// gate.
+/// their (normalized) probabilities, plus the shared expert: qwen2moe's times the sigmoid of
+/// its gate, granitemoe's as it is.
 fn moe(g: &Gguf, c: &Config, l: usize, h: &[f32], n: usize) -> Vec<f32> {
     let m = c.moe.as_ref().unwrap();
     let e = c.n_embd;
@@ -96,10 +96,18 @@ fn moe(g: &Gguf, c: &Config, l: usize, h: &[f32], n: usize) -> Vec<f32> {
             &p("ffn_down_shexp.weight")[..],
         ];
         let y = ffn(g, c, names, None, h, n);
-        let gate = vecf(g, &p("ffn_gate_inp_shexp.weight"));
+        // qwen2moe gates it (the file has its gate vector); granitemoe adds it as it is.
+        let gate = g
+            .tensor(&p("ffn_gate_inp_shexp.weight"))
+            .map(|_| vecf(g, &p("ffn_gate_inp_shexp.weight")));
         for t in 0..n {
-            let v = kernels_ref::dot_f64(&h[t * e..(t + 1) * e], &gate);
-            let sig = (1.0 / (1.0 + (-v).exp())) as f32;
+            let sig = match &gate {
+                Some(gate) => {
+                    let v = kernels_ref::dot_f64(&h[t * e..(t + 1) * e], gate);
+                    (1.0 / (1.0 + (-v).exp())) as f32
+                }
+                None => 1.0,
+            };
             for (o, y) in out[t * e..(t + 1) * e]
                 .iter_mut()
                 .zip(&y[t * e..(t + 1) * e])

@@ -27,7 +27,7 @@ pub(super) struct MoeBufs {
     /// [tokens * k, n_embd] each routed expert's output.
     y: GpuAct,
     /// The shared expert's gate and up projections [tokens, n_ff_shexp], its output [tokens,
-    /// n_embd] and its gate logit [tokens].
+    /// n_embd] and its gate logit [tokens] (unused where the shared expert has no gate).
     shared: Option<[GpuAct; 4]>,
 }
 
@@ -190,12 +190,14 @@ impl GpuBackend {
             self.matmul_parts(UpShexp(l), x, n, su, false)?;
             self.glu(sg, su, n * fs)?;
             self.matmul_parts(DownShexp(l), sg, n, sy, false)?;
-            self.matmul_parts(GateInpShexp(l), x, n, gate, false)?;
+            if moe.shared_gate {
+                self.matmul_parts(GateInpShexp(l), x, n, gate, false)?;
+            }
         }
         let shared = b
             .shared
             .as_ref()
-            .map(|[_, _, sy, gate]| (&sy.buf, &gate.buf));
+            .map(|[_, _, sy, gate]| (&sy.buf, moe.shared_gate.then_some(&gate.buf)));
         let launch =
             m.kernels
                 .moe_combine_launch(&b.y.buf, &b.weights.buf, shared, &out.buf, n, d, k)?;

@@ -1,7 +1,7 @@
 //! Checks of the mixture-of-experts kernels against kernels-ref: the routing (expert ids
 //! exactly, ties included; weights to the softmax's rounding), the routed experts' matvecs
 //! over f32 and 8-bit inputs, over a stack split across two bindings (every pair against kernels-ref's matvec of its
-//! expert's rows), and the weighted sum with and without a shared expert.
+//! expert's rows), and the weighted sum with and without a shared expert (gated or not).
 
 use super::checks::{matrix_cases, oracle, weights};
 use super::checks_q8::block_offset;
@@ -205,11 +205,12 @@ pub(super) fn matvec_experts(
 
 pub(super) fn moe_combine(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
     let mut worst = Worst::new();
-    // (tokens, width, used, shared, small grid)
+    // (tokens, width, used, shared expert: None, gated or not, small grid)
     for (n, d, k, shared, small) in [
-        (1usize, 96usize, 8usize, false, false),
-        (7, 200, 2, true, false),
-        (33, 64, 4, true, true),
+        (1usize, 96usize, 8usize, None, false),
+        (7, 200, 2, Some(true), false),
+        (33, 64, 4, Some(true), true),
+        (5, 80, 3, Some(false), false),
     ] {
         let mut rng = Rng(0x0c0b_1e00 ^ (n * 17 + d) as u64);
         let y = rng.values(n * k * d, 2.0); // [n * k, d]
@@ -228,7 +229,12 @@ pub(super) fn moe_combine(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) ->
                 }
                 // k products and sums in f32: (2k + 1) u of the magnitudes.
                 let mut e = (2 * k + 1) as f64 * U * abs;
-                if shared {
+                if shared == Some(false) {
+                    let v = f64::from(sy[t * d + c]);
+                    acc += v;
+                    e += U * v.abs();
+                }
+                if shared == Some(true) {
                     let g = f64::from(sg[t]);
                     let s = 1.0 / (1.0 + (-g).exp());
                     let v = s * f64::from(sy[t * d + c]);
@@ -246,7 +252,7 @@ pub(super) fn moe_combine(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) ->
         let syb = kernels::upload_f32(ctx, "shared y", &sy)?;
         let sgb = kernels::upload_f32(ctx, "shared gate", &sg)?;
         let ob = poisoned(ctx, "out", &vec![f32::NAN; n * d])?;
-        let sh = shared.then_some((&syb, &sgb));
+        let sh = shared.map(|gated| (&syb, gated.then_some(&sgb)));
         if small {
             let probe = ks.moe_combine_launch(&yb, &wb, sh, &ob, n, d, k)?;
             ks.max_groups_per_dim = small_grid(&[probe])?;
