@@ -169,7 +169,8 @@ impl Kernels {
     }
 
     /// The launch of an element-wise kernel (`Swiglu`, `Add`) over `a` and `b`, both `[n]`
-    /// (`Swiglu` with SiLU; [`Kernels::glu_launch`] picks the activation).
+    /// (`Swiglu` with SiLU, [`Kernels::glu_launch`] picks the activation; `Add` plain,
+    /// [`Kernels::add_scaled_launch`] takes a factor).
     pub fn elementwise_launch<'a>(
         &self,
         key: KernelKey,
@@ -177,7 +178,11 @@ impl Kernels {
         b: &'a wgpu::Buffer,
         n: usize,
     ) -> Result<Launch<'a>> {
-        self.elementwise_act_launch(key, ACT_SILU, 1.0, a, b, n)
+        let mode = match key {
+            KernelKey::Add => ADD_SCALED,
+            _ => ACT_SILU,
+        };
+        self.elementwise_act_launch(key, mode, 1.0, a, b, n)
     }
 
     /// The launch of `x += s * y` in place (`s * y` rounded first, as kernels-ref's
@@ -203,21 +208,7 @@ impl Kernels {
         n: usize,
     ) -> Result<Launch<'a>> {
         check_len("scale", x, n as u64)?;
-        let n = to_u32(n, "n")?;
-        let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
-        let params = ElementwiseParams {
-            n,
-            groups_x: groups.0,
-            act: SCALE,
-            scale: s,
-        };
-        Ok(Launch::new(
-            KernelKey::Add,
-            &params,
-            &[(0, x), (1, unread)],
-            2,
-            groups,
-        ))
+        self.elementwise_bound_launch(KernelKey::Add, SCALE, s, x, unread, n)
     }
 
     /// The launch of `gate = act(gate) * up` in place (SwiGLU or GeGLU); both `[n]` f32.
@@ -242,6 +233,20 @@ impl Kernels {
     ) -> Result<Launch<'a>> {
         check_len(&key.label(), a, n as u64)?;
         check_len(&key.label(), b, n as u64)?;
+        self.elementwise_bound_launch(key, act, scale, a, b, n)
+    }
+
+    /// An element-wise launch over `[n]` elements with `a` and `b` bound, their lengths
+    /// checked by the caller (the scale mode binds a `b` it does not read).
+    fn elementwise_bound_launch<'a>(
+        &self,
+        key: KernelKey,
+        act: u32,
+        scale: f32,
+        a: &'a wgpu::Buffer,
+        b: &'a wgpu::Buffer,
+        n: usize,
+    ) -> Result<Launch<'a>> {
         let n = to_u32(n, "n")?;
         let groups = grid(n.div_ceil(self.workgroup_size), self.max_groups_per_dim)?;
         let params = ElementwiseParams {
