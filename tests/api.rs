@@ -23,10 +23,10 @@ fn model() -> Model {
 
 /// Greedy ids after `prompt`, one eval_argmax per token on a fresh engine session.
 fn greedy_reference(m: &Model, prompt: &[u32], n: usize) -> Vec<u32> {
-    let mut s = m.engine().session(512).unwrap();
+    let mut s = m.session_with_ctx(512).unwrap();
     let mut id = s.eval_argmax(prompt).unwrap();
     let mut out = vec![id];
-    while out.len() < n && !m.engine().tokenizer().is_eog(id) {
+    while out.len() < n && !m.tokenizer().is_eog(id) {
         id = s.eval_argmax(&[id]).unwrap();
         out.push(id);
     }
@@ -173,7 +173,7 @@ fn chat_renders_the_template_and_continues() {
         .unwrap()
         .finish()
         .unwrap();
-    let rendered = m.engine().render_chat(std::slice::from_ref(&user)).unwrap();
+    let rendered = m.render_chat(std::slice::from_ref(&user)).unwrap();
     let prompt = m.tokenize(&rendered, true);
     assert_eq!(first.prompt_ids, prompt);
     assert_eq!(first.generated_ids, greedy_reference(&m, &prompt, 24));
@@ -183,7 +183,7 @@ fn chat_renders_the_template_and_continues() {
         ChatMessage::new("assistant", first.text.trim()),
         ChatMessage::new("user", "And of Italy?"),
     ];
-    let full = m.tokenize(&m.engine().render_chat(&convo).unwrap(), true);
+    let full = m.tokenize(&m.render_chat(&convo).unwrap(), true);
     let second = s.chat(&convo).unwrap().finish().unwrap();
     assert!(second.prompt_ids.len() <= full.len());
     assert!(full.ends_with(&second.prompt_ids));
@@ -296,14 +296,14 @@ fn placement_events_follow_the_offload_policy() {
         }
     }
     let done = done.unwrap();
-    let report = s.engine().exec().policy_report().unwrap();
+    let report = s.exec().policy_report().unwrap();
     assert!(
         !report.migrations.is_empty(),
         "the policy never moved anything"
     );
     assert!(seen.len() > 1, "no placement event");
     assert_eq!(seen.last(), Some(&done.placement));
-    assert_eq!(&done.placement, s.engine().exec().placement());
+    assert_eq!(&done.placement, s.exec().placement());
 }
 
 /// The builder's KV cache types reach the session: a q8_0/q4_0 cache is what the engine
@@ -317,7 +317,7 @@ fn cache_types_reach_the_session() {
         .cache_types(KvType::Q8_0, KvType::Q4_0);
     let m = cfg.load().unwrap();
     let mut s = m.session().unwrap();
-    assert_eq!(s.engine().kv_signature(), "k=q8_0,v=q4_0");
+    assert_eq!(s.kv_signature(), "k=q8_0,v=q4_0");
     s.set_max_tokens(6);
     let mut ids = Vec::new();
     for ev in s.prompt(PROMPT).unwrap() {

@@ -15,8 +15,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{reference_forward, rel_err, Rng};
 use kernels_ref::GgmlType;
 use memwall::engine::{LoadOptions, Model};
@@ -504,7 +502,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
             f32_activations,
             ..Default::default()
         };
-        let model = Arc::new(Model::load(&path, &opts).unwrap());
+        let model = Model::load(&path, &opts).unwrap();
         let c = model.config().clone();
         assert_eq!(c.tied_embeddings, v.tied);
         assert_eq!(c.qkv_bias, v.bias);
@@ -579,7 +577,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
         let ids: Vec<u32> = model.tokenizer().encode("Hi, qwen & llama!", false, false);
         assert_eq!(ids.len(), 17, "one token per byte with no merges");
         let want = reference_forward(&g, &c, &ids, 64);
-        let mut s = model.session(64).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
         let got = s.eval(&ids, Logits::All).unwrap();
         let e = rel_err(&got, &want);
         eprintln!(
@@ -600,7 +598,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
             v.arch,
             v.matrix_type
         );
-        let mut s = model.session(64).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
         let mut step = Vec::new();
         for &id in &ids {
             step.extend(s.eval(&[id], Logits::All).unwrap());
@@ -614,7 +612,7 @@ fn llama_llama3_mistral_qwen2_qwen3_smollm3_gemma2_gemma3_phi3_granite_and_moe_m
         );
         if v.phi3() {
             // A context within the original length runs with the short factors.
-            let mut s = model.session(PHI3_ORIG_CTX).unwrap();
+            let mut s = model.session_with_ctx(PHI3_ORIG_CTX).unwrap();
             let short = s.eval(&ids, Logits::All).unwrap();
             let want_short = reference_forward(&g, &c, &ids, PHI3_ORIG_CTX);
             let e = rel_err(&short, &want_short);
@@ -734,7 +732,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_granite_and_the_mixtures_on_the_gpu_m
             ..Default::default()
         };
         let model = match Model::load(&path, &opts) {
-            Ok(m) => Arc::new(m),
+            Ok(m) => m,
             Err(e) => panic!(
                 "cannot load on the GPU ({e}); install Mesa lavapipe (mesa-vulkan-drivers) \
                  or set WGPU_BACKEND"
@@ -761,7 +759,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_granite_and_the_mixtures_on_the_gpu_m
             .tokenizer()
             .encode("Hi, a model on a GPU", false, false);
         let want = reference_forward(&g, &c, &ids, 64);
-        let mut s = model.session(64).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
         let got = s.eval(&ids, Logits::All).unwrap();
         let e = rel_err(&got, &want);
         eprintln!(
@@ -772,7 +770,7 @@ fn qwen3_llama3_smollm3_gemma2_gemma3_phi3_granite_and_the_mixtures_on_the_gpu_m
             e < tol,
             "{arch} {matrix_type} on the GPU: logits differ by {e} (tolerance {tol})"
         );
-        let mut s = model.session(64).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
         let mut step = Vec::new();
         for &id in &ids {
             step.extend(s.eval(&[id], Logits::All).unwrap());

@@ -12,8 +12,9 @@ use common::kv::{
     greedy, load, max_abs_diff, random_ids, synth_model, synth_model_arch, GEMMA3_WINDOW,
     PHI3_ORIG_CTX,
 };
+use memwall::api::CtxOverflow;
+use memwall::backend::KvShift;
 use memwall::config::RopeKind;
-use memwall::engine::ctx_shift::{CtxOverflow, KvShift};
 use memwall::engine::StopReason;
 use memwall::model::Logits;
 use memwall::Error;
@@ -35,7 +36,7 @@ fn shift_matches_rope_at_new_positions(gpu: bool) {
 fn shift_matches_rope_on(path: &std::path::Path, gpu: bool) {
     let model = load(path, gpu, false);
     let cfg = model.config().clone();
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     let (n_pos, keep, discard) = (40, 3, 11);
     let kv_dim = cfg.kv_dim();
     // Block l's RoPE (its own base in a sliding-window block; phi3's LongRoPE factors for
@@ -133,12 +134,12 @@ fn shift_equals_recompute(gpu: bool) {
     }
 }
 
-fn shift_equals_recompute_on(model: &std::sync::Arc<memwall::engine::Model>, gpu: bool) {
+fn shift_equals_recompute_on(model: &memwall::api::Model, gpu: bool) {
     let n_vocab = model.config().n_vocab;
     let (n_ctx, keep) = (32, 2);
     let prompt = random_ids(n_ctx, n_vocab, 9);
     let next = random_ids(1, n_vocab, 10)[0];
-    let mut s = model.session(n_ctx).unwrap();
+    let mut s = model.session_with_ctx(n_ctx).unwrap();
     s.set_keep(Some(keep));
     s.eval(&prompt, Logits::Last).unwrap();
     let shifted = s.eval(&[next], Logits::Last).unwrap();
@@ -151,7 +152,7 @@ fn shift_equals_recompute_on(model: &std::sync::Arc<memwall::engine::Model>, gpu
     assert_eq!(s.shift_stats().shifts, 1);
     assert_eq!(s.shift_stats().discarded, discard);
 
-    let mut fresh = model.session(n_ctx).unwrap();
+    let mut fresh = model.session_with_ctx(n_ctx).unwrap();
     let scratch = fresh.eval(&kept, Logits::Last).unwrap();
     let scale = scratch.iter().fold(0f32, |m, x| m.max(x.abs()));
     let d = max_abs_diff(&shifted, &scratch);
@@ -163,7 +164,7 @@ fn shift_equals_recompute_on(model: &std::sync::Arc<memwall::engine::Model>, gpu
     let shifted = s.eval(&more, Logits::Last).unwrap();
     let tokens = s.tokens().to_vec();
     assert!(s.shift_stats().shifts >= 2, "{:?}", s.shift_stats());
-    let mut fresh = model.session(n_ctx).unwrap();
+    let mut fresh = model.session_with_ctx(n_ctx).unwrap();
     let scratch = fresh.eval(&tokens, Logits::Last).unwrap();
     let d = max_abs_diff(&shifted, &scratch);
     assert!(d <= 1e-3 * scale.max(1.0), "after more shifts: {d}");
@@ -185,7 +186,7 @@ fn gpu_decoding_after_a_shift_equals_recomputing_the_kept_tokens() {
 fn long_greedy_generation_in_a_small_context_on_the_cpu() {
     let model = load(&common::model_path(), false, false);
     let prompt = model.tokenizer().encode("Once upon a time", true, false);
-    let mut s = model.session(256).unwrap();
+    let mut s = model.session_with_ctx(256).unwrap();
     // Keep the prompt (llama.cpp's `--keep -1`).
     s.set_keep(Some(prompt.len()));
     let kv0 = s.exec().kv_bytes();
@@ -226,7 +227,7 @@ fn cpu_and_gpu_pick_the_same_ids_through_shifts() {
     for gpu in [false, true] {
         let model = load(&common::model_path(), gpu, true);
         let prompt = model.tokenizer().encode("Once upon a time", true, false);
-        let mut s = model.session(64).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
         let kv0 = s.exec().kv_bytes();
         let g = greedy(&mut s, &prompt, 150);
         assert_eq!(g.stop, StopReason::Limit);
@@ -244,7 +245,7 @@ fn stop_refuses_what_does_not_fit_and_shift_processes_it() {
     let model = load(&synth_model(2, 3), false, false);
     let n_vocab = model.config().n_vocab;
     let long = random_ids(80, n_vocab, 4);
-    let mut s = model.session(32).unwrap();
+    let mut s = model.session_with_ctx(32).unwrap();
     s.set_ctx_overflow(CtxOverflow::Stop);
     match s.eval(&long, Logits::Last) {
         Err(Error::ContextOverflow { n_prompt, n_ctx }) => assert_eq!((n_prompt, n_ctx), (80, 32)),
@@ -261,7 +262,7 @@ fn stop_refuses_what_does_not_fit_and_shift_processes_it() {
     assert_eq!(g.stop, StopReason::ContextFull);
     assert_eq!(s.tokens().len(), 32);
 
-    let mut s = model.session(32).unwrap();
+    let mut s = model.session_with_ctx(32).unwrap();
     s.set_keep(Some(4));
     let g = greedy(&mut s, &long, 10);
     assert_eq!(g.generated_ids.len(), 10);
@@ -269,7 +270,7 @@ fn stop_refuses_what_does_not_fit_and_shift_processes_it() {
     assert!(s.tokens().len() <= 32);
     assert!(s.shift_stats().shifts >= 2, "{:?}", s.shift_stats());
     // --keep as large as the context leaves nothing to drop: a clear error.
-    let mut s = model.session(16).unwrap();
+    let mut s = model.session_with_ctx(16).unwrap();
     s.set_keep(Some(16));
     let e = s.eval(&long[..20], Logits::Last).unwrap_err();
     assert!(e.to_string().contains("--keep 16"), "{e}");

@@ -29,7 +29,7 @@ fn load(opts: LoadOptions) -> Model {
 }
 
 fn faults(m: &Model) -> Arc<GpuFaults> {
-    m.engine().gpu().expect("a GPU model").ctx.faults().clone()
+    m.gpu().expect("a GPU model").ctx.faults().clone()
 }
 
 /// A prompt of more than one prefill batch (64 tokens).
@@ -181,7 +181,7 @@ fn out_of_memory_in_a_streamed_upload_goes_on_on_the_cpu() {
     let mut opts = load_options(true, true);
     let n_layer = {
         let m = load(load_options(false, true));
-        m.engine().config().n_layer
+        m.config().n_layer
     };
     // The last 2 blocks resident, the others streamed through two slots at every pass.
     opts.gpu.resident = Some(Placement::gpu_layers(2, n_layer));

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::{reference_forward, rel_err};
 use memwall::engine::{LoadOptions, Model};
 use memwall::gguf::Gguf;
@@ -14,7 +12,7 @@ use memwall::model::Logits;
 #[test]
 fn cpu_forward_matches_the_reference_forward() {
     let path = common::model_path();
-    let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+    let model = Model::load(&path, &LoadOptions::default()).unwrap();
     let g = Gguf::open(&path).unwrap();
     let c = model.config().clone();
     let ids = model
@@ -24,7 +22,7 @@ fn cpu_forward_matches_the_reference_forward() {
     let want = reference_forward(&g, &c, &ids, 64);
 
     // One batch.
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     let batch = s.eval(&ids, Logits::All).unwrap();
     // The fast path quantizes activations to 8 bits for its dot products (as llama.cpp
     // does), so it is close to, not equal to, the f64-accumulating reference: through 30
@@ -56,7 +54,7 @@ fn cpu_forward_matches_the_reference_forward() {
     }
 
     // Token by token: same logits as the batch, up to summation order.
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     let mut step = Vec::new();
     for &id in &ids {
         step.extend(s.eval(&[id], Logits::All).unwrap());
@@ -66,7 +64,7 @@ fn cpu_forward_matches_the_reference_forward() {
     assert!(e < 1e-3, "decode logits differ from batched ones by {e}");
 
     // Uneven batches (2 + rest) with only the last row asked for.
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     s.eval(&ids[..2], Logits::None).unwrap();
     let last = s.eval(&ids[2..], Logits::Last).unwrap();
     let e = rel_err(&last, &batch[(n - 1) * c.n_vocab..]);

@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gguf::Gguf;
@@ -21,24 +21,24 @@ use memwall::gpu::DeviceSelector;
 const PPL_256: f64 = 17.5134;
 const PPL_1024: f64 = 16.2027;
 
-fn load(device: DeviceChoice) -> Arc<Model> {
+fn load(device: DeviceChoice) -> Model {
     let opts = LoadOptions {
         device: device.clone(),
         ..Default::default()
     };
     match Model::load(common::gemma3_path(), &opts) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load Gemma 3 270M on {device:?}: {e}"),
     }
 }
 
-fn cpu() -> Arc<Model> {
-    static M: OnceLock<Arc<Model>> = OnceLock::new();
+fn cpu() -> Model {
+    static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| load(DeviceChoice::Cpu)).clone()
 }
 
-fn gpu() -> Arc<Model> {
-    static M: OnceLock<Arc<Model>> = OnceLock::new();
+fn gpu() -> Model {
+    static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| {
         let m = load(DeviceChoice::Gpu(DeviceSelector::Auto));
         assert!(m.gpu().is_some(), "--device gpu must not fall back");
@@ -53,7 +53,7 @@ fn greedy_reference() -> std::path::PathBuf {
 
 /// The agreement rule's greedy points, with the kernels-ref forward pass in exact arithmetic
 /// as the arbiter of near ties (`check_greedy_file`).
-fn check_greedy(m: &Arc<Model>) {
+fn check_greedy(m: &Model) {
     let g = Gguf::open(common::gemma3_path()).unwrap();
     let c = m.config().clone();
     let exact = |ids: &[u32]| common::reference_forward(&g, &c, ids, 0);

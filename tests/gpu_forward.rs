@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::DeviceSelector;
@@ -15,11 +15,11 @@ use memwall::kv_type::KvType;
 use memwall::model::Logits;
 use serde_json::Value;
 
-fn load(device: DeviceChoice) -> Arc<Model> {
+fn load(device: DeviceChoice) -> Model {
     load_with(device, false)
 }
 
-fn load_with(device: DeviceChoice, f32_activations: bool) -> Arc<Model> {
+fn load_with(device: DeviceChoice, f32_activations: bool) -> Model {
     // f32 KV caches on both devices (the GPU's default; the CPU's is f16), so CPU-vs-GPU
     // comparisons measure the devices' arithmetic, not the cache type (tests/kv_types.rs).
     let opts = LoadOptions {
@@ -30,7 +30,7 @@ fn load_with(device: DeviceChoice, f32_activations: bool) -> Arc<Model> {
         ..Default::default()
     };
     match Model::load(common::model_path(), &opts) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!(
             "cannot load the model on the GPU ({e}); install Mesa lavapipe \
              (mesa-vulkan-drivers) or set WGPU_BACKEND"
@@ -38,8 +38,8 @@ fn load_with(device: DeviceChoice, f32_activations: bool) -> Arc<Model> {
     }
 }
 
-fn gpu_model() -> Arc<Model> {
-    static M: OnceLock<Arc<Model>> = OnceLock::new();
+fn gpu_model() -> Model {
+    static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| {
         let m = load(DeviceChoice::Gpu(DeviceSelector::Auto));
         eprintln!("device: {}", m.device_name());
@@ -95,8 +95,8 @@ fn gpu_logits_follow_the_cpu_path_with_the_same_tokens() {
         let r: Value = serde_json::from_str(line).unwrap();
         let prompt: Vec<u32> = serde_json::from_value(r["prompt_ids"].clone()).unwrap();
         let ids: Vec<u32> = serde_json::from_value(r["ids"].clone()).unwrap();
-        let mut sg = gpu.session(256).unwrap();
-        let mut sc = cpu.session(256).unwrap();
+        let mut sg = gpu.session_with_ctx(256).unwrap();
+        let mut sc = cpu.session_with_ctx(256).unwrap();
         // Step 0 is the prompt (batched prefill), then one decode step per reference token:
         // the first STEPS of them (the CPU side of this mode dequantizes every weight row per
         // step, so all 32 would take minutes; the agreement test above runs all 32 on the GPU).
@@ -121,7 +121,7 @@ fn gpu_logits_follow_the_cpu_path_with_the_same_tokens() {
 #[test]
 fn gpu_decode_is_one_submission_per_token_and_creates_nothing_once_warm() {
     let m = gpu_model();
-    let mut s = m.session(128).unwrap();
+    let mut s = m.session_with_ctx(128).unwrap();
     let prompt = m.tokenizer().encode("The capital of France is", true, true);
     let mut id = s.eval_argmax(&prompt).unwrap();
     // Warm-up step: the decode shapes' bind groups are made here.
@@ -167,9 +167,9 @@ fn gpu_decode_matches_gpu_prefill() {
         true,
     );
     let n_vocab = m.config().n_vocab;
-    let mut a = m.session(64).unwrap();
+    let mut a = m.session_with_ctx(64).unwrap();
     let batch = a.eval(&ids, Logits::All).unwrap();
-    let mut b = m.session(64).unwrap();
+    let mut b = m.session_with_ctx(64).unwrap();
     for (i, t) in ids.iter().enumerate() {
         let step = b.eval(std::slice::from_ref(t), Logits::Last).unwrap();
         let e = common::rel_to_range(&step, &batch[i * n_vocab..(i + 1) * n_vocab]);

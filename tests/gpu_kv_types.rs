@@ -193,7 +193,7 @@ fn cpu_and_gpu_pick_the_same_ids_with_quantized_caches() {
             let prompt = model
                 .tokenizer()
                 .encode("The capital of France is", true, false);
-            let mut s = model.session(96).unwrap();
+            let mut s = model.session_with_ctx(96).unwrap();
             assert_eq!(s.exec().kv_types(), kv);
             ids.push(greedy(&mut s, &prompt, 24).generated_ids);
         }

@@ -35,7 +35,7 @@ fn model_path() -> PathBuf {
     PATH.get_or_init(|| synth_model(N_LAYER, SEED)).clone()
 }
 
-fn load(device: DeviceChoice, health: HealthOptions) -> Arc<Model> {
+fn load(device: DeviceChoice, health: HealthOptions) -> Model {
     let path = model_path();
     let opts = LoadOptions {
         device,
@@ -45,18 +45,18 @@ fn load(device: DeviceChoice, health: HealthOptions) -> Arc<Model> {
         health,
         ..Default::default()
     };
-    Arc::new(Model::load(&path, &opts).unwrap_or_else(|e| panic!("load {path:?}: {e}")))
+    Model::load(&path, &opts).unwrap_or_else(|e| panic!("load {path:?}: {e}"))
 }
 
-fn gpu(health: HealthOptions) -> Arc<Model> {
+fn gpu(health: HealthOptions) -> Model {
     let m = load(DeviceChoice::Gpu(DeviceSelector::Auto), health);
     assert!(m.gpu().is_some(), "{}", m.device_name());
     m
 }
 
-fn ids(m: &Arc<Model>) -> Vec<u32> {
+fn ids(m: &Model) -> Vec<u32> {
     let n_vocab = m.config().n_vocab;
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     greedy(&mut s, &random_ids(9, n_vocab, 3), N_GEN).generated_ids
 }
 
@@ -314,7 +314,7 @@ fn a_device_lost_during_the_selftest_records_no_failure() {
         ..Default::default()
     };
     opts.gpu.faults = Some(faults.clone());
-    let m = Arc::new(Model::load(model_path(), &opts).expect("falls back, not an error"));
+    let m = Model::load(model_path(), &opts).expect("falls back, not an error");
     assert!(faults.device_lost(), "the hook fired during the start");
     assert!(m.gpu().is_none(), "{}", m.device_name());
     assert!(m.load_fallback().is_some(), "the fallback is reported");

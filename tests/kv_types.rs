@@ -182,11 +182,11 @@ fn cpu_backend_cache_round_trip() {
     }
 }
 
-fn cpu_model(k: KvType, v: KvType) -> Arc<Model> {
+fn cpu_model(k: KvType, v: KvType) -> Model {
     cpu_model_with(k, v, false)
 }
 
-fn cpu_model_with(k: KvType, v: KvType, f32_activations: bool) -> Arc<Model> {
+fn cpu_model_with(k: KvType, v: KvType, f32_activations: bool) -> Model {
     let opts = LoadOptions {
         device: DeviceChoice::Cpu,
         f32_activations,
@@ -194,11 +194,11 @@ fn cpu_model_with(k: KvType, v: KvType, f32_activations: bool) -> Arc<Model> {
         cache_type_v: Some(v),
         ..Default::default()
     };
-    Arc::new(Model::load(common::model_path(), &opts).unwrap())
+    Model::load(common::model_path(), &opts).unwrap()
 }
 
 /// Perplexity of the first two windows of 256 tokens of the reference text.
-fn ppl_2_windows(m: &Arc<Model>) -> f64 {
+fn ppl_2_windows(m: &Model) -> f64 {
     let text = std::fs::read_to_string(common::shared().join("reference/ppl_text.txt")).unwrap();
     let ids = m.tokenizer().encode(&text, true, false);
     let r = memwall::engine::perplexity(m, &ids[..512], 256, |_, _| {}).unwrap();
@@ -227,7 +227,7 @@ fn cpu_perplexity_per_type_vs_f16() {
 #[test]
 fn session_reports_its_kv_signature() {
     let m = cpu_model(KvType::Q8_0, KvType::Q4_0);
-    let s = m.session(64).unwrap();
+    let s = m.session_with_ctx(64).unwrap();
     assert_eq!(s.kv_signature(), "k=q8_0,v=q4_0");
     // Memory accounting by type: 34 bytes per 32 keys, 18 per 32 values.
     let cfg = m.config();
@@ -239,8 +239,11 @@ fn session_reports_its_kv_signature() {
         device: DeviceChoice::Cpu,
         ..Default::default()
     };
-    let m = Arc::new(Model::load(common::model_path(), &opts).unwrap());
-    assert_eq!(m.session(64).unwrap().kv_signature(), "k=f16,v=f16");
+    let m = Model::load(common::model_path(), &opts).unwrap();
+    assert_eq!(
+        m.session_with_ctx(64).unwrap().kv_signature(),
+        "k=f16,v=f16"
+    );
 }
 
 /// With a GPU the caches are f16 by default too, a chosen type is used as asked (K and V
@@ -254,14 +257,17 @@ fn gpu_sessions_use_the_chosen_cache_types() {
             ..Default::default()
         };
         match Model::load(common::model_path(), &opts) {
-            Ok(m) => Arc::new(m),
+            Ok(m) => m,
             Err(e) => panic!("cannot load the model on the GPU ({e}); lavapipe is required"),
         }
     };
     let m = load(None);
-    assert_eq!(m.session(64).unwrap().kv_signature(), "k=f16,v=f16");
+    assert_eq!(
+        m.session_with_ctx(64).unwrap().kv_signature(),
+        "k=f16,v=f16"
+    );
     let m = load(Some(KvType::Q8_0));
-    let s = m.session(64).unwrap();
+    let s = m.session_with_ctx(64).unwrap();
     assert_eq!(s.kv_signature(), "k=q8_0,v=f16");
     // 34 bytes per 32 keys, 2 bytes per value, every layer on the GPU.
     let cfg = m.config();

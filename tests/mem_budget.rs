@@ -5,7 +5,7 @@
 mod common;
 
 use std::process::Command;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::memory::IoMode;
@@ -26,13 +26,13 @@ fn opts(budget: u64, io: Option<IoMode>, no_repack: bool) -> LoadOptions {
     }
 }
 
-fn load(o: &LoadOptions) -> Arc<Model> {
-    Arc::new(Model::load(common::model_path(), o).unwrap())
+fn load(o: &LoadOptions) -> Model {
+    Model::load(common::model_path(), o).unwrap()
 }
 
 /// The logits of a 150-token prompt (three prefill batches) and 6 greedy tokens after it.
-fn logits(m: &Arc<Model>) -> Vec<Vec<f32>> {
-    let mut s = m.session(256).unwrap();
+fn logits(m: &Model) -> Vec<Vec<f32>> {
+    let mut s = m.session_with_ctx(256).unwrap();
     let prompt: Vec<u32> = (0..150).map(|i| 100 + (i * 37) % 4000).collect();
     let n_vocab = m.config().n_vocab;
     let mut out = vec![s.eval(&prompt, Logits::All).unwrap()];
@@ -87,7 +87,7 @@ fn streamed_blocks_give_the_resident_models_logits_bit_for_bit() {
             assert!(r.planned_bytes <= budget, "{r:?}");
             streamed.push((io, logits(&m)));
             // Every streamed block was read for every pass.
-            let mut s = m.session(256).unwrap();
+            let mut s = m.session_with_ctx(256).unwrap();
             s.eval(&[1, 2, 3], Logits::Last).unwrap();
             let st = s.exec().stream_stats().expect("the session streams");
             assert!(st.blocks_read >= n_streamed as u64, "{st:?}");
@@ -223,7 +223,7 @@ fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let gpu = DeviceChoice::Gpu(DeviceSelector::Auto);
     let load_gpu = |o: LoadOptions| match Model::load(common::model_path(), &o) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load on a GPU ({e}); an adapter (lavapipe) is required"),
     };
     let all = load_gpu(LoadOptions {
@@ -248,7 +248,7 @@ fn gpu_streamed_blocks_come_through_the_reader_with_the_resident_logits() {
         },
         ..Default::default()
     });
-    let mut s = streamed.session(256).unwrap();
+    let mut s = streamed.session_with_ctx(256).unwrap();
     let got = {
         let prompt: Vec<u32> = (0..150).map(|i| 100 + (i * 37) % 4000).collect();
         s.eval(&prompt, Logits::All).unwrap()

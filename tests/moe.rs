@@ -9,7 +9,7 @@
 mod common;
 
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use memwall::bench::upcycle::{upcycle, UpcycleOptions};
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
@@ -40,8 +40,8 @@ fn upcycled(distinct: bool) -> PathBuf {
     path
 }
 
-fn load(path: &std::path::Path, o: LoadOptions) -> Arc<Model> {
-    Arc::new(Model::load(path, &o).unwrap())
+fn load(path: &std::path::Path, o: LoadOptions) -> Model {
+    Model::load(path, &o).unwrap()
 }
 
 fn cpu() -> LoadOptions {
@@ -54,8 +54,8 @@ fn cpu() -> LoadOptions {
 
 /// The logits of a 70-token prompt (prefill, tokens grouped by expert) and of 6 greedy tokens
 /// after it (decode, one token's experts).
-fn logits(m: &Arc<Model>) -> Vec<Vec<f32>> {
-    let mut s = m.session(256).unwrap();
+fn logits(m: &Model) -> Vec<Vec<f32>> {
+    let mut s = m.session_with_ctx(256).unwrap();
     let prompt: Vec<u32> = (0..70).map(|i| 100 + (i * 37) % 4000).collect();
     let n_vocab = m.config().n_vocab;
     let mut out = vec![s.eval(&prompt, Logits::All).unwrap()];
@@ -103,7 +103,10 @@ fn identical_experts_give_the_dense_models_logits() {
         load(&common::model_path(), cpu()),
         load(&upcycled(false), cpu()),
     );
-    let (mut sd, mut sm) = (dense.session(256).unwrap(), moe.session(256).unwrap());
+    let (mut sd, mut sm) = (
+        dense.session_with_ctx(256).unwrap(),
+        moe.session_with_ctx(256).unwrap(),
+    );
     for i in 0..24u32 {
         let id = 100 + (i * 37) % 4000;
         let g = sm.eval(&[id], Logits::Last).unwrap();
@@ -132,7 +135,7 @@ fn distinct_experts_perplexity_agrees_with_llama_cpp_on_the_cpu_and_the_gpu() {
         ..Default::default()
     };
     let on_gpu = match Model::load(&path, &gpu) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load on the GPU ({e}); install Mesa lavapipe"),
     };
     assert!(on_gpu.gpu().is_some(), "--device gpu must not fall back");
@@ -200,7 +203,7 @@ fn gpu_expert_decode_is_one_submission_per_token() {
     };
     let m = load(&upcycled(true), gpu);
     assert_experts_on_gpu(&m);
-    let mut s = m.session(128).unwrap();
+    let mut s = m.session_with_ctx(128).unwrap();
     let prompt = m.tokenizer().encode("The capital of France is", true, true);
     let mut id = s.eval_argmax(&prompt).unwrap();
     id = s.eval_argmax(&[id]).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::DeviceSelector;
@@ -13,7 +13,7 @@ use memwall::ground::{Device, Phase, Placement};
 use memwall::model::Logits;
 use serde_json::Value;
 
-fn load(device: DeviceChoice, gpu_layers: Option<usize>, f32_activations: bool) -> Arc<Model> {
+fn load(device: DeviceChoice, gpu_layers: Option<usize>, f32_activations: bool) -> Model {
     let opts = LoadOptions {
         device,
         gpu_layers,
@@ -21,7 +21,7 @@ fn load(device: DeviceChoice, gpu_layers: Option<usize>, f32_activations: bool) 
         ..Default::default()
     };
     match Model::load(common::model_path(), &opts) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load the model ({e}); a GPU adapter (lavapipe) is required"),
     }
 }
@@ -32,8 +32,8 @@ fn gpu() -> DeviceChoice {
 
 /// Every weight on the GPU (so any placement can run), f32 activations: the mode in which the
 /// CPU and GPU compute the same arithmetic up to f32 rounding.
-fn gpu_f32() -> Arc<Model> {
-    static M: OnceLock<Arc<Model>> = OnceLock::new();
+fn gpu_f32() -> Model {
+    static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| load(gpu(), None, true)).clone()
 }
 
@@ -56,12 +56,12 @@ fn prompts(n: usize) -> Vec<(Vec<u32>, Vec<u32>)> {
 /// Logits of the prompt (one prefill pass) and then of `steps` reference tokens fed one at a
 /// time, with `place(step)` giving the (prefill, decode) placement before each pass.
 fn logits_with(
-    m: &Arc<Model>,
+    m: &Model,
     prompt: &[u32],
     feed: &[u32],
     place: &dyn Fn(usize) -> Option<(Placement, Placement)>,
 ) -> Vec<Vec<f32>> {
-    let mut s = m.session(256).unwrap();
+    let mut s = m.session_with_ctx(256).unwrap();
     let mut out = Vec::new();
     let mut toks: Vec<&[u32]> = vec![prompt];
     toks.extend(feed.iter().map(std::slice::from_ref));
@@ -134,7 +134,7 @@ fn moving_the_kv_cache_between_devices_changes_nothing() {
     let n_layer = m.config().n_layer;
     let prompt = m.tokenizer().encode("The capital of France is", true, true);
     let run = |move_at: Option<usize>| {
-        let mut s = m.session(128).unwrap();
+        let mut s = m.session_with_ctx(128).unwrap();
         let mut logits = s.eval(&prompt, Logits::Last).unwrap();
         let mut ids = Vec::new();
         let mut all = Vec::new();
@@ -189,12 +189,12 @@ fn placement_errors_are_clear() {
     // and head may not: a placement that needs their weights there is refused, not run.
     let two = load(gpu(), Some(2), false);
     let n_layer = two.config().n_layer;
-    let mut s = two.session(64).unwrap();
+    let mut s = two.session_with_ctx(64).unwrap();
     s.exec_mut()
         .set_placement(Phase::Decode, Placement::all(Device::Gpu, n_layer))
         .unwrap();
     let m = load(gpu(), Some(0), false);
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     let err = s
         .exec_mut()
         .set_placement(Phase::Decode, Placement::all(Device::Gpu, n_layer))
@@ -234,7 +234,7 @@ fn streamed_blocks_give_the_same_results_as_resident_ones() {
         },
         ..Default::default()
     };
-    let streamed = Arc::new(Model::load(common::model_path(), &opts).unwrap());
+    let streamed = Model::load(common::model_path(), &opts).unwrap();
     let g = streamed.gpu().unwrap();
     assert!(!g.has_layer(0) && !g.has_layer(n_layer - 3) && g.has_layer(n_layer - 2));
     assert_eq!(
@@ -243,8 +243,8 @@ fn streamed_blocks_give_the_same_results_as_resident_ones() {
         "every block runs on the GPU"
     );
     for (prompt, _) in prompts(2) {
-        let run = |m: &Arc<Model>| {
-            let mut s = m.session(128).unwrap();
+        let run = |m: &Model| {
+            let mut s = m.session_with_ctx(128).unwrap();
             let mut logits = vec![s.eval(&prompt, Logits::Last).unwrap()];
             let mut ids = Vec::new();
             for _ in 0..6 {
@@ -283,12 +283,12 @@ fn the_offload_policy_moves_layers_mid_generation_without_changing_results() {
         resample_every: Some(2),
         ..Default::default()
     };
-    let dynamic = Arc::new(Model::load(common::model_path(), &opts).unwrap());
+    let dynamic = Model::load(common::model_path(), &opts).unwrap();
     let reference = gpu_f32();
     for (prompt, ids) in prompts(2) {
         let feed = &ids[..10];
         let want = logits_with(&reference, &prompt, feed, &|_| None);
-        let mut s = dynamic.session(256).unwrap();
+        let mut s = dynamic.session_with_ctx(256).unwrap();
         let mut toks: Vec<&[u32]> = vec![&prompt];
         toks.extend(feed.iter().map(std::slice::from_ref));
         let mut worst = 0f32;

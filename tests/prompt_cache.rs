@@ -8,7 +8,7 @@ mod common;
 use std::path::PathBuf;
 
 use common::kv::{greedy, load, random_ids, synth_model, synth_model_arch, GEMMA3_WINDOW};
-use memwall::engine::prompt_cache::{hash64, PromptCache, PromptCacheError};
+use memwall::api::{PromptCache, PromptCacheError};
 use memwall::engine::Session;
 use memwall::model::Logits;
 use memwall::Error;
@@ -43,16 +43,16 @@ fn restored_and_reused_prefixes_give_identical_output() {
     let text = "You are a helpful assistant who answers in one sentence. ".repeat(6);
     let prompt = model.tokenizer().encode(&text, true, false);
     let n = prompt.len();
-    let mut s = model.session(512).unwrap();
+    let mut s = model.session_with_ctx(512).unwrap();
     let want = greedy(&mut s, &prompt, 24).generated_ids;
 
     // Save the prompt but its last token, restore it in a new session, generate.
     let path = temp("real");
-    let mut a = model.session(512).unwrap();
+    let mut a = model.session_with_ctx(512).unwrap();
     a.eval(&prompt[..n - 1], Logits::None).unwrap();
     let bytes = a.save_prompt_cache(&path).unwrap();
     assert_eq!(bytes, std::fs::metadata(&path).unwrap().len());
-    let mut b = model.session(512).unwrap();
+    let mut b = model.session_with_ctx(512).unwrap();
     let cache = PromptCache::load(&path, &b).unwrap();
     assert_eq!(cache.tokens(), &prompt[..n - 1]);
     let r = b.restore_prefix(&cache, &prompt).unwrap();
@@ -62,11 +62,11 @@ fn restored_and_reused_prefixes_give_identical_output() {
     // A prompt that shares only part of the cached one restores that part.
     let mut other = prompt[..n / 2].to_vec();
     other.extend(model.tokenizer().encode(" Be brief.", false, false));
-    let mut c = model.session(512).unwrap();
+    let mut c = model.session_with_ctx(512).unwrap();
     assert_eq!(c.restore_prefix(&cache, &other).unwrap(), n / 2);
 
     // Within a session: the common prefix is kept, one token left to evaluate.
-    let mut d = model.session(512).unwrap();
+    let mut d = model.session_with_ctx(512).unwrap();
     d.eval(&other, Logits::None).unwrap();
     let r = d.reuse_prefix(&prompt);
     assert_eq!(r, n / 2);
@@ -88,19 +88,19 @@ fn restored_prefixes_on_sliding_window_and_longrope_models() {
             let n_vocab = model.config().n_vocab;
             let prompt = random_ids(40, n_vocab, 3);
             assert!(prompt.len() > 6 * GEMMA3_WINDOW as usize);
-            let mut s = model.session(96).unwrap();
+            let mut s = model.session_with_ctx(96).unwrap();
             let want = greedy(&mut s, &prompt, 12).generated_ids;
             let file = temp(&format!("{arch}-{gpu}"));
-            let mut a = model.session(96).unwrap();
+            let mut a = model.session_with_ctx(96).unwrap();
             a.eval(&prompt[..31], Logits::None).unwrap();
             a.save_prompt_cache(&file).unwrap();
-            let mut b = model.session(96).unwrap();
+            let mut b = model.session_with_ctx(96).unwrap();
             let cache = PromptCache::load(&file, &b).unwrap();
             let r = b.restore_prefix(&cache, &prompt).unwrap();
             assert_eq!(r, 31);
             let got = greedy(&mut b, &prompt[r..], 12).generated_ids;
             assert_eq!(got, want, "{arch} gpu={gpu}: restored prefix");
-            let mut c = model.session(96).unwrap();
+            let mut c = model.session_with_ctx(96).unwrap();
             c.eval(&prompt[..17], Logits::None).unwrap();
             c.eval(&random_ids(9, n_vocab, 4), Logits::None).unwrap();
             let r = c.reuse_prefix(&prompt);
@@ -119,19 +119,19 @@ fn a_cache_from_another_model_is_refused() {
     let m2 = load(&synth_model(2, 22), false, false);
     let m3 = load(&synth_model(3, 21), false, false);
     let ids = random_ids(12, m1.config().n_vocab, 1);
-    let mut s1 = m1.session(64).unwrap();
+    let mut s1 = m1.session_with_ctx(64).unwrap();
     let path = temp("m1");
     std::fs::write(&path, image_of(&mut s1, &ids)).unwrap();
     assert!(PromptCache::load(&path, &s1).is_ok());
     for m in [&m2, &m3] {
-        let s = m.session(64).unwrap();
+        let s = m.session_with_ctx(64).unwrap();
         match refusal(PromptCache::load(&path, &s)) {
             PromptCacheError::OtherModel { file, model } => assert_ne!(file, model),
             e => panic!("expected another-model refusal, got {e}"),
         }
     }
     let real = load(&common::model_path(), false, false);
-    let s = real.session(64).unwrap();
+    let s = real.session_with_ctx(64).unwrap();
     let e = refusal(PromptCache::load(&path, &s));
     assert!(matches!(e, PromptCacheError::OtherModel { .. }), "{e}");
     assert!(e.to_string().contains("another model"), "{e}");
@@ -142,7 +142,7 @@ fn a_cache_from_another_model_is_refused() {
 #[test]
 fn a_cache_with_other_kv_types_is_refused() {
     let m = load(&synth_model(2, 23), false, false);
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     let ids = random_ids(10, m.config().n_vocab, 2);
     let mut img = image_of(&mut s, &ids);
     let sig = s.kv_signature();
@@ -160,7 +160,7 @@ fn a_cache_with_other_kv_types_is_refused() {
     out.extend_from_slice(&(other.len() as u32).to_le_bytes());
     out.extend_from_slice(other.as_bytes());
     out.extend_from_slice(&img[at + sig.len()..img.len() - 8]);
-    out.extend_from_slice(&hash64(0, &out).to_le_bytes());
+    out.extend_from_slice(&PromptCache::checksum(&out).to_le_bytes());
     img = out;
     let path = temp("sig");
     std::fs::write(&path, &img).unwrap();
@@ -178,7 +178,7 @@ fn a_cache_with_other_kv_types_is_refused() {
 #[test]
 fn truncated_or_corrupt_caches_are_refused() {
     let m = load(&synth_model(2, 24), false, false);
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     let ids = random_ids(9, m.config().n_vocab, 3);
     let img = image_of(&mut s, &ids);
     let held = s.tokens().to_vec();
@@ -231,7 +231,7 @@ fn refusal_io(r: memwall::Result<PromptCache>) -> String {
 #[test]
 fn a_failed_save_keeps_the_existing_file() {
     let m = load(&synth_model(2, 25), false, false);
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     let path = temp("keep");
     std::fs::write(&path, b"the user's file").unwrap();
     // The temporary file's name taken by a directory: the write fails before any rename.

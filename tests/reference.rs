@@ -4,18 +4,18 @@
 
 mod common;
 
-use std::sync::{Arc, OnceLock};
+use std::sync::OnceLock;
 
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 
-fn model() -> Arc<Model> {
-    static M: OnceLock<Arc<Model>> = OnceLock::new();
+fn model() -> Model {
+    static M: OnceLock<Model> = OnceLock::new();
     M.get_or_init(|| {
         let opts = LoadOptions {
             device: DeviceChoice::Cpu,
             ..Default::default()
         };
-        Arc::new(Model::load(common::model_path(), &opts).unwrap())
+        Model::load(common::model_path(), &opts).unwrap()
     })
     .clone()
 }

@@ -4,8 +4,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::{DeviceSelector, GpuLoadOptions};
 use memwall::ground::{Device, Placement};
@@ -15,9 +13,9 @@ fn gpu() -> DeviceChoice {
     DeviceChoice::Gpu(DeviceSelector::Auto)
 }
 
-fn load(opts: &LoadOptions) -> Arc<Model> {
+fn load(opts: &LoadOptions) -> Model {
     match Model::load(common::model_path(), opts) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load the model ({e}); a GPU adapter (lavapipe) is required"),
     }
 }
@@ -38,12 +36,12 @@ fn prompts(n: usize) -> Vec<Vec<u32>> {
 /// Greedy ids and the logits of every step: the prompt, then `n` generated tokens; `before`
 /// runs before each step with the session.
 fn greedy(
-    m: &Arc<Model>,
+    m: &Model,
     prompt: &[u32],
     n: usize,
     before: &mut dyn FnMut(usize, &mut memwall::engine::Session),
 ) -> (Vec<u32>, Vec<Vec<f32>>) {
-    let mut s = m.session(256).unwrap();
+    let mut s = m.session_with_ctx(256).unwrap();
     before(0, &mut s);
     let mut logits = vec![s.eval(prompt, Logits::Last).unwrap()];
     let mut ids = Vec::new();
@@ -152,7 +150,7 @@ fn the_policy_changes_residency_mid_generation_without_changing_the_ids() {
     }
     // One more generation to read the counters of a whole session.
     let prompt = &prompts(1)[0];
-    let mut s = managed.session(256).unwrap();
+    let mut s = managed.session_with_ctx(256).unwrap();
     let mut last = s.eval(prompt, Logits::Last).unwrap();
     for _ in 0..10 {
         let id = memwall::sampler::argmax(&last) as u32;

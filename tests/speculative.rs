@@ -9,8 +9,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::kv::{load_options, random_ids, synth_model};
+use memwall::api::DraftParams;
 use memwall::api::{self, Finished};
-use memwall::engine::speculative::DraftParams;
 use memwall::sampler::SamplerParams;
 use memwall::GgmlType;
 
@@ -46,7 +46,7 @@ const CODE: &str = "fn fib(n: u64) -> u64 {\n    if n < 2 {\n        return n;\n
 /// Greedy ids with each drafter equal plain greedy ids, and the cache holds the same tokens.
 fn greedy_matches_plain(gpu: bool) {
     let target = api_model(&common::model_path(), gpu, 512);
-    assert_eq!(target.engine().gpu().is_some(), gpu);
+    assert_eq!(target.gpu().is_some(), gpu);
     let draft = api_model(&q4_0_draft(), false, 512);
     let ids = target.tokenize(CODE, true);
     for lookup in [false, true] {
@@ -108,8 +108,8 @@ fn greedy_with_drafts_through_context_shifts() {
     s.set_draft_lookup(1, 3, DraftParams::default()).unwrap();
     let got = finish(&mut s, &ids);
     assert_eq!(got.generated_ids, want.generated_ids);
-    assert!(s.engine().shift_stats().shifts > 1);
-    assert_eq!(s.engine().shift_stats(), plain.engine().shift_stats());
+    assert!(s.shift_stats().shifts > 1);
+    assert_eq!(s.shift_stats(), plain.shift_stats());
 }
 
 /// Sampled with top-k 4 at temperature 20 from a tiny random model, with a draft model of
@@ -120,7 +120,7 @@ fn greedy_with_drafts_through_context_shifts() {
 fn sampled_tokens_follow_plain_sampling() {
     let target = api_model(&synth_model(1, 31), false, 64);
     let draft = api_model(&synth_model(1, 32), false, 64);
-    let n_vocab = target.engine().config().n_vocab;
+    let n_vocab = target.config().n_vocab;
     let prompt = random_ids(6, n_vocab, 3);
     let (runs, n_new) = (4000usize, 4usize);
     // The random model's logits span tens of units: a high temperature spreads its top 4.

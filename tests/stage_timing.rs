@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::gpu::{DeviceSelector, GpuLoadOptions};
 use memwall::ground::{Device, Phase};
@@ -14,7 +12,7 @@ use memwall::model::Logits;
 use memwall::scheduler::policy::TimeSource;
 use memwall::scheduler::StageTimes;
 
-fn load(no_timestamps: bool) -> Arc<Model> {
+fn load(no_timestamps: bool) -> Model {
     let opts = LoadOptions {
         device: DeviceChoice::Gpu(DeviceSelector::Auto),
         // A split: CPU blocks, a crossing, GPU blocks and head.
@@ -26,7 +24,7 @@ fn load(no_timestamps: bool) -> Arc<Model> {
         ..Default::default()
     };
     match Model::load(common::model_path(), &opts) {
-        Ok(m) => Arc::new(m),
+        Ok(m) => m,
         Err(e) => panic!("cannot load the model ({e}); a GPU adapter is required"),
     }
 }
@@ -59,9 +57,9 @@ fn check(t: &StageTimes, want: TimeSource, phase: Phase) {
     assert_eq!(t.crossings, 1);
 }
 
-fn measured(m: &Arc<Model>, want: TimeSource) {
+fn measured(m: &Model, want: TimeSource) {
     let prompt = m.tokenizer().encode("The capital of France is", true, true);
-    let mut s = m.session(64).unwrap();
+    let mut s = m.session_with_ctx(64).unwrap();
     s.exec_mut().measure_next();
     let logits = s.eval(&prompt, Logits::Last).unwrap();
     let t = s

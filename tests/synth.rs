@@ -5,13 +5,10 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use kernels_ref::GgmlType;
 use memwall::bench::synth::{parse_type, synth_writer, write_synth, Preset, SynthOptions};
 use memwall::engine::{LoadOptions, Model};
 use memwall::gguf::Gguf;
-use memwall::sampler::{Sampler, SamplerParams};
 
 #[test]
 fn every_type_round_trips_loads_and_generates() {
@@ -84,12 +81,12 @@ fn every_type_round_trips_loads_and_generates() {
             assert!(mean.abs() < 0.05 * a, "{} {name}: mean {mean}", t.name);
         }
 
-        let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+        let model = Model::load(&path, &LoadOptions::default()).unwrap();
         let prompt = model.tokenizer().encode("hello world", false, false);
         assert!(!prompt.is_empty());
-        let mut s = model.session(64).unwrap();
-        let mut sampler = Sampler::new(SamplerParams::greedy()).unwrap();
-        let gen = s.generate(&prompt, 8, &mut sampler, 0, |_| true).unwrap();
+        let mut s = model.session_with_ctx(64).unwrap();
+        s.set_max_tokens(8);
+        let gen = s.generate(&prompt, |_| true).unwrap();
         assert!(!gen.generated_ids.is_empty(), "{name}: nothing generated");
         let logits = s.eval(&[1, 2, 3], memwall::model::Logits::Last).unwrap();
         assert_eq!(logits.len(), 512);
@@ -155,7 +152,7 @@ fn the_moe_preset_is_a_qwen3moe_model_matching_the_reference() {
     assert!(std::fs::read(&path).unwrap() == synth_writer(&o).unwrap().to_bytes());
     let report = memwall::check::check_file(&path);
     assert!(report.is_ok(), "{:?}", report.problems);
-    let model = Arc::new(Model::load(&path, &LoadOptions::default()).unwrap());
+    let model = Model::load(&path, &LoadOptions::default()).unwrap();
     let c = model.config().clone();
     assert_eq!(c.arch, "qwen3moe");
     assert_eq!(c.head_dim, 32);
@@ -164,12 +161,12 @@ fn the_moe_preset_is_a_qwen3moe_model_matching_the_reference() {
     let g = Gguf::open(&path).unwrap();
     let ids: Vec<u32> = (0..12).map(|i| 7 + i * 31).collect();
     let want = common::reference_forward(&g, &c, &ids, 64);
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     let got = s.eval(&ids, memwall::model::Logits::All).unwrap();
     // F16 weights take the f32 dot products: rounding only.
     let e = common::rel_err(&got, &want);
     assert!(e < 2e-3, "logits differ by {e}");
-    let mut s = model.session(64).unwrap();
+    let mut s = model.session_with_ctx(64).unwrap();
     let mut step = Vec::new();
     for &id in &ids {
         step.extend(s.eval(&[id], memwall::model::Logits::All).unwrap());

@@ -10,9 +10,10 @@ mod guard;
 use std::ffi::{c_char, c_void};
 use std::sync::{Mutex, TryLockError};
 
-use memwall::api::{self, CancelHandle, DeviceChoice, Event, KvType, SamplerParams, StopReason};
-use memwall::engine::speculative::DraftParams;
-use memwall::engine::CtxOverflow;
+use memwall::api::{
+    self, CancelHandle, CtxOverflow, DeviceChoice, DraftParams, Event, KvType, SamplerParams,
+    StopReason,
+};
 
 use guard::{c_str, guard, obj, CError, ERR_BUFFER_TOO_SMALL, ERR_BUSY, ERR_INVALID_ARGUMENT};
 
@@ -276,7 +277,7 @@ pub unsafe extern "C" fn memwall_session_new(
             } else {
                 CtxOverflow::Shift
             };
-            s.set_ctx_overflow(overflow, None);
+            s.set_ctx_overflow(overflow);
             Ok(Box::into_raw(Box::new(memwall_session {
                 cancel: s.cancel_handle(),
                 inner: Mutex::new(s),
@@ -534,7 +535,7 @@ pub unsafe fn test_gpu_faults(
 ) -> Option<std::sync::Arc<memwall::gpu::GpuFaults>> {
     // SAFETY: the function's contract.
     let m = unsafe { model.as_ref() }?;
-    m.model.engine().gpu().map(|g| g.ctx.faults().clone())
+    m.model.gpu().map(|g| g.ctx.faults().clone())
 }
 
 /// Runs a generation, handing each piece of text to `callback`; returns the stop code.

@@ -17,24 +17,38 @@
 //! [`Model`] is `Send + Sync` and cheap to clone: share one between threads and give each its
 //! own [`Session`] (a `Session` is `Send`: it can move to a worker thread). A
 //! [`CancelHandle`] stops a generation from any thread.
-
-mod session;
-mod stream;
+//!
+//! This module is the public surface: the types an app (and the CLI) needs, one of each;
+//! they live in `engine` and the modules under it.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use crate::engine::LoadOptions;
 use crate::error::Result;
 
 pub use crate::chat::ChatMessage;
-pub use crate::engine::{default_model_path, DeviceChoice, StopReason, Timings};
-pub use crate::ground::{Phase, PhasePlacement, Placement};
-pub use crate::kv_type::KvType;
+pub use crate::engine::{
+    default_model_path, perplexity, CancelHandle, CtxOverflow, DeviceChoice, DraftParams, Event,
+    Finished, Generation, LoadOptions, MemoryReport, Model, Perplexity, PromptCache,
+    PromptCacheError, Session, ShiftStats, SpecStats, StopReason, Timings, TokenStream,
+};
+pub use crate::gpu::device::adapters_table;
+pub use crate::gpu::{list_adapters, AdapterInfoRow, HealthReport};
+pub use crate::ground::{format_size, parse_size, Device, Phase, PhasePlacement, Placement};
+pub use crate::kv_type::{KvType, KvTypes};
+pub use crate::logging::{init as init_logging, init_from_env as init_logging_from_env};
+pub use crate::memory::experts::ExpertStats;
+pub use crate::memory::{detect_limit, measured_peak, IoMode, MemoryLimit, Peak, ReaderStats};
+pub use crate::model::Logits;
 pub use crate::sampler::SamplerParams;
-pub use crate::scheduler::{Fallback, FallbackCause, KvRebuild};
-pub use session::{CancelHandle, Session};
-pub use stream::{Event, Finished, TokenStream};
+pub use crate::scheduler::policy::PolicyReport;
+pub use crate::scheduler::{ExecStats, Fallback, FallbackCause, KvRebuild};
+pub use crate::tokenizer::Tokenizer;
+
+/// The tokenizer of a GGUF file alone: works on vocabulary-only files and reads no weights.
+pub fn open_tokenizer(path: impl AsRef<Path>) -> Result<Tokenizer> {
+    let gguf = crate::gguf::Gguf::open(path)?;
+    Tokenizer::from_gguf(&gguf)
+}
 
 /// How to load a model: a builder over [`LoadOptions`].
 #[derive(Debug, Clone)]
@@ -127,67 +141,6 @@ impl ModelConfig {
     /// [`ModelConfig::load`], reporting (bytes done, bytes total) while the weights are read
     /// in from storage.
     pub fn load_with_progress(&self, progress: &mut dyn FnMut(u64, u64)) -> Result<Model> {
-        let inner = crate::engine::Model::load_with_progress(&self.path, &self.opts, progress)?;
-        Ok(Model {
-            inner: Arc::new(inner),
-            n_ctx: self.opts.n_ctx,
-        })
-    }
-}
-
-/// A loaded model. Clones share the weights; `Send + Sync`.
-#[derive(Debug, Clone)]
-pub struct Model {
-    inner: Arc<crate::engine::Model>,
-    n_ctx: usize,
-}
-
-impl Model {
-    /// A new conversation with greedy sampling and up to 256 new tokens per prompt (see the
-    /// session's setters).
-    pub fn session(&self) -> Result<Session> {
-        Session::new(self.inner.clone(), self.n_ctx)
-    }
-
-    /// Token ids of `text`; `add_special` adds the tokens the model wants at the start of a
-    /// context (BOS). Special tokens written in the text (`<|im_start|>`) are parsed.
-    pub fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
-        self.inner.tokenizer().encode(text, add_special, true)
-    }
-
-    /// The text of token ids (as a generation streams it: pieces joined as they are).
-    pub fn detokenize(&self, ids: &[u32]) -> String {
-        let tok = self.inner.tokenizer();
-        let bytes: Vec<u8> = ids
-            .iter()
-            .flat_map(|&id| tok.decode_token(id, false))
-            .collect();
-        String::from_utf8_lossy(&bytes).into_owned()
-    }
-
-    /// The device, e.g. `cpu` or `gpu:NVIDIA ... (Vulkan)`.
-    pub fn device_name(&self) -> String {
-        self.inner.device_name()
-    }
-
-    /// Why device `auto` fell back to the CPU, if it did.
-    pub fn device_note(&self) -> Option<&str> {
-        self.inner.device_note()
-    }
-
-    /// Where each stage runs when a session starts.
-    pub fn placement(&self) -> &PhasePlacement {
-        self.inner.placement()
-    }
-
-    /// The stages the load left on the CPU because the GPU ran out of memory (or was lost)
-    /// while uploading their weights, if it did.
-    pub fn load_fallback(&self) -> Option<&Fallback> {
-        self.inner.load_fallback()
-    }
-
-    /// The engine's model, for what this API does not cover (perplexity, statistics).
-    pub fn engine(&self) -> &Arc<crate::engine::Model> {
-        &self.inner
+        Model::load_with_progress(&self.path, &self.opts, progress)
     }
 }

@@ -331,7 +331,7 @@ fn run_config(
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
     let cfg = model.config().clone();
     let n_ctx = o.n_prompt + o.n_gen;
-    let mut s = model.session(n_ctx)?;
+    let mut s = model.session_with_ctx(n_ctx)?;
     let prompt = synthetic_prompt(o.n_prompt, cfg.n_vocab, o.seed);
     let first = s.eval_argmax(&prompt)?;
     let ttft_ms = t0.elapsed().as_secs_f64() * 1e3;

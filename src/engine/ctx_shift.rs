@@ -14,7 +14,7 @@
 //! alone (that would be a re-evaluation), exactly as in llama.cpp.
 
 pub use crate::backend::KvShift;
-use crate::engine::Session;
+use crate::engine::context::Context;
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::scheduler::Exec;
@@ -66,7 +66,7 @@ pub struct ShiftStats {
     pub discarded: usize,
 }
 
-impl Session {
+impl Context {
     /// What the session does when the context is full (default: shift).
     pub fn set_ctx_overflow(&mut self, o: CtxOverflow) {
         self.overflow = o;

@@ -1,6 +1,7 @@
 //! Step-wise generation: [`Generator`] evaluates a prompt and yields one token per call, so a
 //! caller can stream tokens through an iterator, stop between any two steps, and watch the
-//! placement change. [`Session::generate`] is the callback form built on it.
+//! placement change. [`Session::generate`](super::Session::generate) is the callback form
+//! built on it.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -8,8 +9,9 @@ use std::time::{Duration, Instant};
 
 use std::collections::VecDeque;
 
+use crate::engine::context::Context;
 use crate::engine::speculative::{accept, SpecStats, Speculator};
-use crate::engine::{CtxOverflow, Generation, Session, StopReason, Timings};
+use crate::engine::{CtxOverflow, Generation, StopReason, Timings};
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::sampler::{top_probs, Sampler};
@@ -31,7 +33,7 @@ pub enum Step {
 /// A generation in progress on a session: the prompt still to evaluate, the sampled token
 /// whose forward pass is still to run, and what was generated so far.
 pub struct Generator<'a> {
-    session: &'a mut Session,
+    session: &'a mut Context,
     sampler: &'a mut Sampler,
     prompt: Vec<u32>,
     /// Prompt tokens already in the cache.
@@ -79,7 +81,7 @@ impl<'a> Generator<'a> {
     /// Starts generating up to `max_new` tokens after `prompt` (evaluated on top of what the
     /// session holds), reporting the `n_probs` most likely tokens at each step.
     pub fn new(
-        session: &'a mut Session,
+        session: &'a mut Context,
         sampler: &'a mut Sampler,
         prompt: &[u32],
         max_new: usize,
@@ -156,13 +158,13 @@ impl<'a> Generator<'a> {
     }
 
     /// The session generating.
-    pub fn session(&self) -> &Session {
+    pub fn session(&self) -> &Context {
         self.session
     }
 
     /// The session generating, to change it between steps (a stream marks what it
     /// reported).
-    pub(crate) fn session_mut(&mut self) -> &mut Session {
+    pub(crate) fn session_mut(&mut self) -> &mut Context {
         self.session
     }
 

@@ -1,4 +1,6 @@
-//! Loading a model and running it: the library API the CLI is built on.
+//! Loading a model and running it: [`Model`] (the loaded file, shared) and [`Session`] (a
+//! conversation on it: its KV cache, sampler and drafter), the library API the CLI and apps
+//! are built on. `memwall::api` re-exports it.
 
 use std::collections::HashSet;
 use std::path::Path;
@@ -10,28 +12,30 @@ use crate::config::Config;
 use crate::cpu_backend::{CpuBackend, PreparedWeights};
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::gpu::{DeviceSelector, GpuBackend, GpuLoadOptions, GpuModel};
-use crate::ground::{Device, PhasePlacement, Placement};
+use crate::gpu::{DeviceSelector, GpuLoadOptions, GpuModel};
+use crate::ground::{Device, PhasePlacement};
 use crate::kv_type::{KvType, KvTypes};
 use crate::memory::experts::{ExpertCache, ExpertStats, SharedExpertCache};
-use crate::model::Logits;
-use crate::sampler::Sampler;
-use crate::scheduler::exec::gpu_stages;
-use crate::scheduler::{Exec, Fallback, FallbackCause, KvRebuild};
+use crate::scheduler::Fallback;
 use crate::tokenizer::Tokenizer;
-pub use ctx_shift::CtxOverflow;
-use ctx_shift::ShiftStats;
-pub use generate::Generator;
-use generate::Step;
+use context::PREFILL_BATCH;
+pub use ctx_shift::{CtxOverflow, ShiftStats};
+pub use prompt_cache::{PromptCache, PromptCacheError};
+pub use session::{CancelHandle, Session};
+pub use speculative::{DraftParams, SpecStats};
+pub use stream::{Event, Finished, TokenStream};
 
 mod budget;
-pub mod ctx_shift;
-pub mod generate;
+mod context;
+pub(crate) mod ctx_shift;
+pub(crate) mod generate;
 mod open;
 mod perplexity;
 mod prefault;
-pub mod prompt_cache;
-pub mod speculative;
+mod prompt_cache;
+mod session;
+pub(crate) mod speculative;
+mod stream;
 
 pub use budget::MemoryReport;
 
@@ -126,8 +130,14 @@ fn resolve_kv_types(opts: &LoadOptions, head_dim: usize) -> Result<KvTypes> {
     Ok(t)
 }
 
-/// A loaded model: the mapped file, its configuration and tokenizer. Cheap to share.
-pub struct Model {
+/// A loaded model: the mapped file, its configuration and tokenizer, the weights prepared for
+/// the devices it runs on, the memory plan. Clones share all of it (`Send + Sync`): share one
+/// between threads and give each its own [`Session`].
+#[derive(Clone)]
+pub struct Model(Arc<Loaded>);
+
+/// What a [`Model`] shares between its clones and sessions.
+pub(crate) struct Loaded {
     gguf: Arc<Gguf>,
     config: Config,
     tokenizer: Tokenizer,
@@ -163,12 +173,14 @@ pub struct Model {
     prefill_batch: usize,
     /// `--mem-budget`, as given.
     mem_budget: Option<u64>,
+    /// The context of `Model::session` (`LoadOptions::n_ctx`).
+    n_ctx: usize,
 }
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Model")
-            .field("config", &self.config)
+            .field("config", &self.0.config)
             .finish()
     }
 }
@@ -331,7 +343,8 @@ impl Model {
             .as_ref()
             .map_or(PREFILL_BATCH, |(m, _)| m.prefill_batch);
         let memory = memory.map(|(m, _)| m);
-        Ok(Model {
+        Ok(Model(Arc::new(Loaded {
+            n_ctx: opts.n_ctx,
             mem_budget: opts.mem_budget,
             memory,
             stream,
@@ -352,33 +365,33 @@ impl Model {
             gpu,
             device_note,
             f32_activations: opts.f32_activations,
-        })
+        })))
     }
 
     /// The memory plan of a model run on the CPU: the budget, the resident and streamed
     /// blocks, the stream ring (`None` with a GPU, or where no limit could be read).
     pub fn memory(&self) -> Option<&MemoryReport> {
-        self.memory.as_ref()
+        self.0.memory.as_ref()
     }
 
     /// The memory budget the load was given (`LoadOptions::mem_budget`), if any.
     pub fn mem_budget(&self) -> Option<u64> {
-        self.mem_budget
+        self.0.mem_budget
     }
 
     /// Tokens per prefill batch (larger when blocks stream: each is read once per batch).
     pub fn prefill_batch(&self) -> usize {
-        self.prefill_batch
+        self.0.prefill_batch
     }
 
     /// The K and V cache types of this model's sessions.
     pub fn kv_types(&self) -> KvTypes {
-        self.kv_types
+        self.0.kv_types
     }
 
     /// The device the model runs on, e.g. `cpu` or `gpu:NVIDIA ... (Vulkan)`.
     pub fn device_name(&self) -> String {
-        match &self.gpu {
+        match &self.0.gpu {
             Some(g) => format!("gpu:{} ({})", g.ctx.info.name, g.ctx.info.backend),
             None => "cpu".into(),
         }
@@ -386,49 +399,61 @@ impl Model {
 
     /// Why `--device auto` fell back to the CPU, if it did.
     pub fn device_note(&self) -> Option<&str> {
-        self.device_note.as_deref()
+        self.0.device_note.as_deref()
     }
 
     /// Where each stage runs when a session starts.
     pub fn placement(&self) -> &PhasePlacement {
-        &self.placement
+        &self.0.placement
     }
 
     /// The stages the load moved to the CPU because the GPU failed (ran out of memory) while
     /// their weights were uploaded, if it did.
     pub fn load_fallback(&self) -> Option<&Fallback> {
-        self.load_fallback.as_ref()
+        self.0.load_fallback.as_ref()
+    }
+
+    /// What the GPU load warned about (a variant the selftest turned down, a slow fallback),
+    /// one line each; empty on the CPU.
+    pub fn warnings(&self) -> &[String] {
+        self.0.gpu.as_ref().map_or(&[], |g| &g.warnings)
+    }
+
+    /// The GPU's start-up check of this load (variants tested, the record and pipeline
+    /// cache used), when the model runs on a GPU.
+    pub fn gpu_startup(&self) -> Option<&crate::gpu::HealthReport> {
+        self.0.gpu.as_ref().map(|g| &g.health)
     }
 
     /// The GPU copy of the weights, when the model runs on a GPU.
     pub fn gpu(&self) -> Option<&Arc<GpuModel>> {
-        self.gpu.as_ref()
+        self.0.gpu.as_ref()
     }
 
     pub fn config(&self) -> &Config {
-        &self.config
+        &self.0.config
     }
     pub fn tokenizer(&self) -> &Tokenizer {
-        &self.tokenizer
+        &self.0.tokenizer
     }
     pub fn gguf(&self) -> &Gguf {
-        &self.gguf
+        &self.0.gguf
     }
     pub fn chat_template(&self) -> Option<&str> {
-        self.chat_template.as_deref()
+        self.0.chat_template.as_deref()
     }
     pub fn cpu_weights(&self) -> &PreparedWeights {
-        &self.cpu_weights
+        &self.0.cpu_weights
     }
 
     pub fn load_time(&self) -> Duration {
-        self.load_time
+        self.0.load_time
     }
 
     /// What the expert cache has done so far (`None`: the model has none, its experts all
     /// fit or it has no experts).
     pub fn expert_stats(&self) -> Option<ExpertStats> {
-        let c = self.experts.as_ref()?;
+        let c = self.0.experts.as_ref()?;
         let c = c.lock().unwrap_or_else(|e| e.into_inner());
         Some(c.stats())
     }
@@ -437,25 +462,26 @@ impl Model {
     /// only when it doubles as the output head; otherwise a token reads one row of it), and of
     /// an expert stack only the `n_expert_used` experts the token is routed to.
     pub fn weight_bytes_per_token(&self) -> u64 {
-        let used = |t: &crate::gguf::TensorInfo| match (&self.config.moe, t.dims.len()) {
+        let used = |t: &crate::gguf::TensorInfo| match (&self.0.config.moe, t.dims.len()) {
             (Some(m), 3) => t.n_bytes / m.n_expert as u64 * m.n_expert_used as u64,
             _ => t.n_bytes,
         };
-        self.gguf
+        self.0
+            .gguf
             .tensors()
             .iter()
             .filter(|t| t.dims.len() >= 2)
-            .filter(|t| t.name != "token_embd.weight" || self.config.tied_embeddings)
+            .filter(|t| t.name != "token_embd.weight" || self.0.config.tied_embeddings)
             .map(used)
             .sum()
     }
 
     /// Renders chat messages with the model's own template, ending with the assistant's turn.
     pub fn render_chat(&self, messages: &[crate::chat::ChatMessage]) -> Result<String> {
-        let tmpl = self.chat_template.as_deref().ok_or_else(|| {
+        let tmpl = self.0.chat_template.as_deref().ok_or_else(|| {
             Error::ChatTemplate("the model has no tokenizer.chat_template".into())
         })?;
-        let tok = &self.tokenizer;
+        let tok = &self.0.tokenizer;
         let piece = |id: Option<u32>| {
             id.map(|i| tok.token_text(i).to_string())
                 .unwrap_or_default()
@@ -463,10 +489,33 @@ impl Model {
         crate::chat::apply_chat_template(tmpl, messages, true, &piece(tok.bos()), &piece(tok.eos()))
     }
 
-    /// Starts a session with a context of `n_ctx` tokens (0: the model's training context,
+    /// A new conversation with the context the model was loaded for
+    /// ([`LoadOptions::n_ctx`]), greedy sampling and up to 256 new tokens per prompt (see the
+    /// session's setters).
+    pub fn session(&self) -> Result<Session> {
+        Session::new(self.clone(), self.0.n_ctx)
+    }
+
+    /// A new conversation with a context of `n_ctx` tokens (0: the model's training context,
     /// capped at 4096 as llama.cpp does by default).
-    pub fn session(self: &Arc<Self>, n_ctx: usize) -> Result<Session> {
+    pub fn session_with_ctx(&self, n_ctx: usize) -> Result<Session> {
         Session::new(self.clone(), n_ctx)
+    }
+
+    /// Token ids of `text`; `add_special` adds the tokens the model wants at the start of a
+    /// context (BOS). Special tokens written in the text (`<|im_start|>`) are parsed.
+    pub fn tokenize(&self, text: &str, add_special: bool) -> Vec<u32> {
+        self.0.tokenizer.encode(text, add_special, true)
+    }
+
+    /// The text of token ids (as a generation streams it: pieces joined as they are).
+    pub fn detokenize(&self, ids: &[u32]) -> String {
+        let tok = &self.0.tokenizer;
+        let bytes: Vec<u8> = ids
+            .iter()
+            .flat_map(|&id| tok.decode_token(id, false))
+            .collect();
+        String::from_utf8_lossy(&bytes).into_owned()
     }
 }
 
@@ -517,235 +566,4 @@ pub struct Generation {
     pub timings: Timings,
     /// With a speculator: passes, drafted and accepted tokens of this generation.
     pub speculative: Option<speculative::SpecStats>,
-}
-
-/// A conversation's state: the KV cache and the tokens it holds.
-pub struct Session {
-    model: Arc<Model>,
-    pub(crate) exec: Exec,
-    /// The tokens whose keys and values are cached, at positions 0..len.
-    pub(crate) tokens: Vec<u32>,
-    pub(crate) n_ctx: usize,
-    /// What happens when the context is full (`crate::engine::ctx_shift`).
-    pub(crate) overflow: CtxOverflow,
-    /// Tokens a context shift keeps (`None`: the BOS token, if the model adds one).
-    pub(crate) n_keep: Option<usize>,
-    pub(crate) shifts: ShiftStats,
-    /// How many of the executor's fallbacks a token stream has reported.
-    fallbacks_reported: usize,
-}
-
-/// Tokens per forward batch in prefill: large enough to read each weight once for many
-/// tokens, small enough to keep the activations in cache.
-pub(crate) const PREFILL_BATCH: usize = 64;
-
-impl Session {
-    pub fn new(model: Arc<Model>, n_ctx: usize) -> Result<Session> {
-        let cfg = &model.config;
-        let n_ctx = if n_ctx == 0 {
-            cfg.n_ctx_train.min(4096)
-        } else {
-            n_ctx
-        };
-        let exec_on = |gpu: Option<Arc<GpuModel>>, placement: PhasePlacement| {
-            Exec::new(
-                cfg.clone(),
-                model.gguf.clone(),
-                model.pool.clone(),
-                gpu,
-                placement,
-                n_ctx,
-                model.prefill_batch,
-                model.f32_activations,
-                model.kv_types,
-                model.cpu_weights.clone(),
-            )
-        };
-        let mut exec = match exec_on(model.gpu.clone(), model.placement.clone()) {
-            Ok(e) => e,
-            // The GPU backend could not start (no memory left for this session's KV cache
-            // and scratch, or the device is lost): this session runs on the CPU.
-            Err(e) => match (&model.gpu, FallbackCause::of(&e)) {
-                (Some(_), Some(cause)) => {
-                    let cpu = PhasePlacement::same(Placement::all(Device::Cpu, cfg.n_layer));
-                    let mut exec = exec_on(None, cpu)?;
-                    exec.record_fallback(Fallback {
-                        cause,
-                        reason: e.to_string(),
-                        from: Device::Gpu,
-                        to: Device::Cpu,
-                        stages: gpu_stages(&model.placement),
-                        position: 0,
-                        kv: KvRebuild::Empty,
-                    });
-                    exec
-                }
-                _ => return Err(e),
-            },
-        };
-        if let Some(st) = &model.stream {
-            exec.set_cpu_stream(st.clone())?;
-        }
-        if let Some(c) = &model.experts {
-            exec.set_expert_cache(c.clone());
-        }
-        if let Some(f) = &model.load_fallback {
-            // Reported by the session's first events too, not only by the model.
-            exec.push_fallback(f.clone());
-        }
-        if let (Some(every), true) = (model.resample_every, exec.has_gpu()) {
-            let mm = crate::plan::MemoryModel::from_gguf(
-                &model.gguf,
-                cfg,
-                n_ctx,
-                model.kv_types.mean_bits(),
-            )?;
-            if let Some((budget, blocks)) = &model.managed_residency {
-                exec.manage_residency(*budget, blocks.clone())?;
-            }
-            exec.enable_policy(every, &mm)?;
-        }
-        Ok(Session {
-            model,
-            exec,
-            tokens: Vec::new(),
-            n_ctx,
-            overflow: CtxOverflow::default(),
-            n_keep: None,
-            shifts: ShiftStats::default(),
-            fallbacks_reported: 0,
-        })
-    }
-
-    /// The fallbacks to the CPU (GPU lost or out of memory) no stream has reported yet,
-    /// marked reported.
-    pub fn take_unreported_fallbacks(&mut self) -> Vec<Fallback> {
-        let all = self.exec.fallbacks();
-        let new = all.get(self.fallbacks_reported..).unwrap_or(&[]).to_vec();
-        self.fallbacks_reported = all.len();
-        new
-    }
-
-    /// The backend's name ("cpu", "gpu:...").
-    pub fn backend_name(&self) -> String {
-        self.exec.name()
-    }
-
-    /// The KV cache format, e.g. "k=q8_0,v=q4_0" (prompt-cache files record it).
-    pub fn kv_signature(&self) -> String {
-        self.exec.kv_types().signature()
-    }
-
-    /// The executor: placement per phase, moves, stage timings.
-    pub fn exec(&self) -> &Exec {
-        &self.exec
-    }
-
-    /// The most tokens one pass may hold and still give each of them, bit for bit, the
-    /// logits a pass over it alone gives: any number on the CPU (its kernels treat the rows of
-    /// a batch alike); on a GPU the batches its decode kernels take (split attention and the
-    /// batched matvec), past which the tiled prefill kernels sum in another order. Speculative
-    /// decoding keeps its verification passes within it, so greedy output is plain decoding's.
-    pub fn exact_batch(&self) -> usize {
-        if self.exec.has_gpu() {
-            crate::gpu::attention::SPLIT_MAX_TOKENS.min(crate::gpu::backend::MATVEC_MAX_TOKENS)
-        } else {
-            usize::MAX
-        }
-    }
-
-    /// The executor, to change the placement between calls (the next pass moves what changed).
-    pub fn exec_mut(&mut self) -> &mut Exec {
-        &mut self.exec
-    }
-
-    /// The GPU backend, when the session runs on one (tests read its launch statistics).
-    pub fn gpu_backend(&self) -> Option<&GpuBackend> {
-        self.exec.gpu_backend()
-    }
-
-    fn check_ids(&self, ids: &[u32]) -> Result<()> {
-        let n_vocab = self.model.config.n_vocab;
-        if let Some(&bad) = ids.iter().find(|&&t| t as usize >= n_vocab) {
-            return Err(Error::InvalidArgument(format!(
-                "token id {bad} is outside the vocabulary of {n_vocab}"
-            )));
-        }
-        Ok(())
-    }
-
-    /// Appends `ids` to the context and returns the most likely next token (greedy decoding
-    /// without reading the logits back from a GPU).
-    pub fn eval_argmax(&mut self, ids: &[u32]) -> Result<u32> {
-        self.check_ids(ids)?;
-        let mut id = None;
-        let mut none = Vec::new();
-        // A prompt longer than the context goes in chunks; only the last one yields the id.
-        self.eval_chunked(ids, Logits::Last, |exec, chunk, pos0, want| {
-            if matches!(want, Logits::Last) {
-                id = Some(exec.forward_argmax(chunk, pos0)?);
-                Ok(())
-            } else {
-                exec.forward(chunk, pos0, Logits::None, &mut none)
-            }
-        })?;
-        id.ok_or_else(|| Error::InvalidArgument("no tokens to evaluate".into()))
-    }
-
-    pub fn model(&self) -> &Arc<Model> {
-        &self.model
-    }
-    pub fn n_ctx(&self) -> usize {
-        self.n_ctx
-    }
-    /// Tokens whose keys and values are in the cache.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-    /// Forgets the cached tokens.
-    pub fn reset(&mut self) {
-        self.tokens.clear();
-    }
-
-    /// Appends `ids` to the context and returns the wanted logits ([rows, n_vocab]).
-    pub fn eval(&mut self, ids: &[u32], want: Logits) -> Result<Vec<f32>> {
-        self.check_ids(ids)?;
-        let mut logits = Vec::new();
-        self.eval_chunked(ids, want, |exec, chunk, pos0, want| {
-            exec.forward(chunk, pos0, want, &mut logits)
-        })?;
-        Ok(logits)
-    }
-
-    /// Generates up to `max_new` tokens after `prompt` (evaluated on top of what the session
-    /// holds), calling `on_text` with each new piece of text as soon as it is complete UTF-8;
-    /// `on_text` returns false to stop. The callback form of [`Generator`]. A full context is
-    /// shifted (`make_room`), or ends the generation with `StopReason::ContextFull` when the
-    /// session stops instead.
-    pub fn generate(
-        &mut self,
-        prompt: &[u32],
-        max_new: usize,
-        sampler: &mut Sampler,
-        n_probs: usize,
-        mut on_text: impl FnMut(&str) -> bool,
-    ) -> Result<Generation> {
-        let mut g = Generator::new(self, sampler, prompt, max_new, n_probs)?;
-        loop {
-            match g.step()? {
-                Step::Prefill { .. } => {}
-                Step::Token { text, .. } => {
-                    if !text.is_empty() && !on_text(&text) {
-                        g.stop(StopReason::Cancelled);
-                    }
-                }
-                Step::Done { text, .. } => {
-                    if !text.is_empty() {
-                        on_text(&text);
-                    }
-                    return Ok(g.into_generation());
-                }
-            }
-        }
-    }
 }

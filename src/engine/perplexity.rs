@@ -1,7 +1,5 @@
 //! Perplexity over a token sequence, llama.cpp's way.
 
-use std::sync::Arc;
-
 use super::{Model, Session};
 use crate::error::{Error, Result};
 use crate::model::Logits;
@@ -23,7 +21,7 @@ pub struct Perplexity {
 /// llama_vocab_bos(vocab)` for the first batch of each chunk). `on_chunk(i, running_ppl)`
 /// reports progress.
 pub fn perplexity(
-    model: &Arc<Model>,
+    model: &Model,
     tokens: &[u32],
     n_ctx: usize,
     mut on_chunk: impl FnMut(usize, f64),
@@ -40,7 +38,7 @@ pub fn perplexity(
             tokens.len()
         )));
     }
-    let n_vocab = model.config.n_vocab;
+    let n_vocab = model.config().n_vocab;
     let mut session = Session::new(model.clone(), n_ctx)?;
     let first = n_ctx / 2;
     let bos = model

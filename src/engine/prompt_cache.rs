@@ -23,6 +23,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
+use crate::engine::context::Context;
 use crate::engine::Session;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
@@ -116,6 +117,11 @@ impl<'a> Reader<'a> {
 }
 
 impl PromptCache {
+    /// The checksum a cache file ends with, of the bytes before it.
+    pub fn checksum(image: &[u8]) -> u64 {
+        hash64(0, image)
+    }
+
     /// Reads and validates `path` for `session`'s model and KV types.
     pub fn load(path: impl AsRef<Path>, session: &Session) -> Result<PromptCache> {
         let path = path.as_ref();
@@ -225,7 +231,7 @@ impl PromptCache {
     }
 }
 
-impl Session {
+impl Context {
     /// Replaces what the session holds with the longest prefix of `cache` that `prompt` starts
     /// with, at most `prompt.len() - 1` tokens (the rest must yield logits) and what the
     /// context holds. Returns its length: evaluate `prompt[n..]` next.

@@ -14,7 +14,7 @@
 //! keeps a draft exactly when it is the model's argmax, so the ids equal plain decoding's
 //! wherever the batched pass gives the single-token pass's logits.
 
-use crate::engine::Session;
+use crate::engine::context::Context;
 use crate::error::{Error, Result};
 use crate::model::Logits;
 use crate::sampler::{Sampler, SamplerParams};
@@ -28,7 +28,7 @@ pub enum Drafter {
     /// A smaller model of the same vocabulary, in a session of its own (its cache follows the
     /// history from one pass to the next).
     Model {
-        session: Box<Session>,
+        session: Box<Context>,
         /// Draws the draft's tokens when the model samples (its distribution is the `q` of
         /// the acceptance rule); unused under greedy settings.
         sampler: Sampler,
@@ -136,7 +136,7 @@ impl Speculator {
     /// common token from id 5 on. `sampling` are the target's sampler settings (the draft
     /// samples with them).
     pub fn with_model(
-        draft: Session,
+        draft: Context,
         target: &crate::engine::Model,
         sampling: SamplerParams,
         params: DraftParams,
@@ -187,10 +187,6 @@ impl Speculator {
             params,
             stats: SpecStats::default(),
         })
-    }
-
-    pub fn params(&self) -> &DraftParams {
-        &self.params
     }
 
     /// The model's sampler settings changed: a draft model samples with them from now on.
@@ -299,7 +295,7 @@ struct Draft {
 }
 
 fn draft_with_model(
-    draft: &mut Session,
+    draft: &mut Context,
     sampler: &mut Sampler,
     history: &[u32],
     d: Draft,

@@ -1,10 +1,7 @@
 //! The agreement rule of ../shared/reference/README.md, for any device: greedy ids equal over
 //! the decisive prefix, probabilities close there, and perplexity within 1% of llama.cpp's.
 
-use std::sync::Arc;
-
 use memwall::engine::Model;
-use memwall::sampler::{Sampler, SamplerParams};
 use serde_json::Value;
 
 fn top2_gap(step: &[(u32, f64)]) -> f64 {
@@ -12,7 +9,7 @@ fn top2_gap(step: &[(u32, f64)]) -> f64 {
 }
 
 /// Asserts the agreement rule's points 1 and 2 for every prompt of greedy.jsonl.
-pub fn check_greedy(m: &Arc<Model>) {
+pub fn check_greedy(m: &Model) {
     check_greedy_file(m, &super::shared().join("reference/greedy.jsonl"), 8, None);
 }
 
@@ -31,7 +28,7 @@ pub type ExactLogits<'a> = &'a dyn Fn(&[u32]) -> Vec<f32>;
 /// equal the reference's and its probabilities must meet point 2 against the exact ones. A
 /// wrong run still fails: it is far from exact arithmetic too.
 pub fn check_greedy_file(
-    m: &Arc<Model>,
+    m: &Model,
     path: &std::path::Path,
     n_prompts: usize,
     exact: Option<ExactLogits>,
@@ -65,11 +62,12 @@ pub fn check_greedy_file(
             })
             .collect();
 
-        let mut session = m.session((ids.len() + ref_ids.len() + 1).max(512)).unwrap();
-        let mut sampler = Sampler::new(SamplerParams::greedy()).unwrap();
-        let g = session
-            .generate(&ids, ref_ids.len(), &mut sampler, 5, |_| true)
+        let mut session = m
+            .session_with_ctx((ids.len() + ref_ids.len() + 1).max(512))
             .unwrap();
+        session.set_max_tokens(ref_ids.len());
+        session.set_n_probs(5);
+        let g = session.generate(&ids, |_| true).unwrap();
 
         // Decisive prefix: every step before the first near tie in either run.
         let mut decisive = 0;
@@ -194,19 +192,14 @@ fn softmax_top2(row: &[f32]) -> Vec<(u32, f64)> {
 }
 
 /// Asserts the agreement rule's point 3: perplexity within 1% of llama.cpp's; returns it.
-pub fn check_perplexity(m: &Arc<Model>) -> f64 {
+pub fn check_perplexity(m: &Model) -> f64 {
     // ../shared/reference/README.md, -c 256
     check_perplexity_at(m, 256, 15, 17.0046)
 }
 
 /// Perplexity on ppl_text.txt in windows of `n_ctx` (`n_chunks` of them) within 1% of
 /// llama.cpp's `llama_cpp_ppl`; returns it.
-pub fn check_perplexity_at(
-    m: &Arc<Model>,
-    n_ctx: usize,
-    n_chunks: usize,
-    llama_cpp_ppl: f64,
-) -> f64 {
+pub fn check_perplexity_at(m: &Model, n_ctx: usize, n_chunks: usize, llama_cpp_ppl: f64) -> f64 {
     let text = std::fs::read_to_string(super::shared().join("reference/ppl_text.txt")).unwrap();
     let ids = m.tokenizer().encode(&text, true, false);
     let r = memwall::engine::perplexity(m, &ids, n_ctx, |_, _| {}).unwrap();

@@ -2,13 +2,12 @@
 //! device, greedy generation.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 
 use memwall::bench::synth::{write_synth, Preset, SynthOptions};
 use memwall::engine::{DeviceChoice, Generation, LoadOptions, Model, Session};
 use memwall::gpu::DeviceSelector;
 use memwall::kv_type::KvTypes;
-use memwall::sampler::{Sampler, SamplerParams};
+use memwall::sampler::SamplerParams;
 use memwall::GgmlType;
 
 /// Writes (once per process and name) a tiny random model of `n_layer` blocks whose weights
@@ -182,7 +181,7 @@ pub fn load_options_kv(gpu: bool, f32_activations: bool, kv: KvTypes) -> LoadOpt
 }
 
 /// Loads `path` on the CPU or (`gpu`) on the GPU with f32 caches, failing without an adapter.
-pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Arc<Model> {
+pub fn load(path: &std::path::Path, gpu: bool, f32_activations: bool) -> Model {
     load_with_kv(path, gpu, f32_activations, KvTypes::F32)
 }
 
@@ -192,17 +191,19 @@ pub fn load_with_kv(
     gpu: bool,
     f32_activations: bool,
     kv: KvTypes,
-) -> Arc<Model> {
+) -> Model {
     let opts = load_options_kv(gpu, f32_activations, kv);
     let m = Model::load(path, &opts).unwrap_or_else(|e| panic!("cannot load {path:?}: {e}"));
     assert_eq!(m.gpu().is_some(), gpu, "{}", m.device_name());
-    Arc::new(m)
+    m
 }
 
 /// Greedy generation of `n` tokens after `prompt`.
 pub fn greedy(s: &mut Session, prompt: &[u32], n: usize) -> Generation {
-    let mut sampler = Sampler::new(SamplerParams::greedy()).unwrap();
-    s.generate(prompt, n, &mut sampler, 0, |_| true).unwrap()
+    s.set_sampler(SamplerParams::greedy()).unwrap();
+    s.set_max_tokens(n);
+    s.set_n_probs(0);
+    s.generate(prompt, |_| true).unwrap()
 }
 
 /// `n` pseudo-random token ids below `n_vocab` (avoiding the last id, the synthetic models'

@@ -5,13 +5,10 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
-use memwall::api;
-use memwall::chat::ChatMessage;
-use memwall::engine::prompt_cache::PromptCache;
-use memwall::engine::speculative::DraftParams;
-use memwall::engine::{CtxOverflow, LoadOptions, Session};
-use memwall::kv_type::{KvType, KvTypes};
-use memwall::sampler::SamplerParams;
+use memwall::api::{
+    self, ChatMessage, CtxOverflow, DraftParams, KvType, KvTypes, LoadOptions, PromptCache,
+    SamplerParams, Session,
+};
 
 mod tools;
 use tools::{
@@ -95,12 +92,9 @@ struct BudgetArgs {
 
 impl BudgetArgs {
     /// The budget in bytes and the I/O mode, parsed.
-    fn parse(&self) -> memwall::Result<(Option<u64>, Option<memwall::memory::IoMode>)> {
-        let budget = self.mem_budget.as_deref().map(memwall::ground::parse_size);
-        let io = self
-            .stream_io
-            .as_deref()
-            .map(memwall::memory::IoMode::parse);
+    fn parse(&self) -> memwall::Result<(Option<u64>, Option<api::IoMode>)> {
+        let budget = self.mem_budget.as_deref().map(api::parse_size);
+        let io = self.stream_io.as_deref().map(api::IoMode::parse);
         Ok((budget.transpose()?, io.transpose()?))
     }
 }
@@ -133,9 +127,7 @@ fn parse_kv_type(s: &str) -> Result<KvType, String> {
 
 impl ModelArgs {
     fn path(&self) -> PathBuf {
-        self.model
-            .clone()
-            .unwrap_or_else(memwall::engine::default_model_path)
+        self.model.clone().unwrap_or_else(api::default_model_path)
     }
 }
 
@@ -299,7 +291,7 @@ struct RunArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     // Before any GPU bring-up: wgpu reads the log level when it creates its instance.
-    memwall::logging::init(cli.verbose);
+    api::init_logging(cli.verbose);
     match dispatch(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -316,14 +308,14 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
     let (mem_budget, stream_io) = args.budget.parse()?;
     let opts = LoadOptions {
         threads: args.threads,
-        device: memwall::engine::DeviceChoice::parse(&args.device)?,
+        device: api::DeviceChoice::parse(&args.device)?,
         f32_activations: args.f32_activations,
         no_repack: args.no_repack,
         gpu_layers: args.gpu_layers,
         gpu_mem_budget: args
             .gpu_mem_budget
             .as_deref()
-            .map(memwall::ground::parse_size)
+            .map(api::parse_size)
             .transpose()?,
         stream: args.stream,
         mem_budget,
@@ -362,10 +354,8 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
             eprintln!("{note}");
         }
     }
-    if let Some(g) = model.engine().gpu() {
-        for w in &g.warnings {
-            eprintln!("warning: {w}");
-        }
+    for w in model.warnings() {
+        eprintln!("warning: {w}");
     }
     Ok(model)
 }
@@ -379,8 +369,7 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
             text,
         } => {
             // The tokenizer alone: works on vocabulary-only files and reads no weights.
-            let g = memwall::gguf::Gguf::open(model.path())?;
-            let tok = memwall::tokenizer::Tokenizer::from_gguf(&g)?;
+            let tok = api::open_tokenizer(model.path())?;
             let ids = tok.encode(&text, true, !no_parse_special);
             println!("{}", serde_json::to_string(&ids).unwrap_or_default());
             Ok(ExitCode::SUCCESS)
@@ -396,11 +385,11 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
                 source,
             })?;
             let model = load(&model, ctx, json)?;
-            let model = model.engine();
+            // As llama-perplexity tokenizes: special tokens written in the text stay text.
             let ids = model.tokenizer().encode(&text, true, false);
             let tty = !json && std::io::stderr().is_terminal();
             let n_chunks = ids.len() / ctx.max(1);
-            let r = memwall::engine::perplexity(model, &ids, ctx, |i, p| {
+            let r = api::perplexity(&model, &ids, ctx, |i, p| {
                 if tty {
                     eprint!("\r[{}/{}] running PPL {p:.4}", i + 1, n_chunks);
                 }
@@ -421,14 +410,14 @@ fn dispatch(cli: Cli) -> memwall::Result<ExitCode> {
         Command::Inspect { file } => inspect(&file),
         Command::Check { file, json } => check(&file, json),
         Command::Devices { json } => {
-            let rows = memwall::gpu::list_adapters();
+            let rows = api::list_adapters();
             if json {
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&rows).unwrap_or_default()
                 );
             } else {
-                print!("{}", memwall::gpu::device::adapters_table(&rows));
+                print!("{}", api::adapters_table(&rows));
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -471,7 +460,7 @@ fn prompt_cache_prefill(
     };
     let n_cached = prompt.len().saturating_sub(1);
     if n_cached > restored {
-        session.eval(&prompt[restored..n_cached], memwall::model::Logits::None)?;
+        session.eval(&prompt[restored..n_cached], api::Logits::None)?;
     }
     let mut saved_bytes = 0;
     if n_cached > restored {
@@ -496,13 +485,13 @@ fn prompt_cache_prefill(
 /// The memory report of `run --json`: the plan, what the reader did, the measured peak and
 /// the fraction of the storage floor decode reached.
 fn memory_json(
-    m: &memwall::engine::MemoryReport,
-    reads: Option<memwall::memory::ReaderStats>,
+    m: &api::MemoryReport,
+    reads: Option<api::ReaderStats>,
     decode_tps: f64,
 ) -> serde_json::Value {
     let r = &m.residency;
-    let limit = memwall::memory::detect_limit();
-    let peak = memwall::memory::measured_peak(limit.as_ref());
+    let limit = api::detect_limit();
+    let peak = api::measured_peak(limit.as_ref());
     let mut v = serde_json::json!({
         "budget_bytes": m.budget_bytes,
         "limit_bytes": m.limit_bytes,
@@ -563,7 +552,8 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             )));
         }
     }
-    session.set_ctx_overflow(CtxOverflow::parse(&a.ctx_overflow)?, a.keep);
+    session.set_ctx_overflow(CtxOverflow::parse(&a.ctx_overflow)?);
+    session.set_keep(a.keep);
     let draft = DraftParams {
         max: a.draft_max,
         min: a.draft_min,
@@ -588,12 +578,12 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     let (cache, mut stream) = match &a.prompt_cache {
         Some(path) => {
             let text = if a.chat {
-                model.engine().render_chat(&message())?
+                model.render_chat(&message())?
             } else {
                 a.prompt.clone()
             };
-            let prompt = model.engine().tokenizer().encode(&text, true, true);
-            let c = prompt_cache_prefill(session.engine_mut(), path, &prompt)?;
+            let prompt = model.tokenize(&text, true);
+            let c = prompt_cache_prefill(&mut session, path, &prompt)?;
             let rest = prompt[c.n_cached..].to_vec();
             (Some((c, prompt)), session.prompt_tokens(&rest)?)
         }
@@ -628,8 +618,6 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         None => gen.prompt_ids.clone(),
     };
     let cache = cache.map(|(c, _)| c);
-    let session = session.engine();
-    let model = model.engine();
     if json {
         let mut obj = serde_json::json!({
             "prompt_ids": prompt,
@@ -645,10 +633,10 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
             },
             "device": session.backend_name(),
             "placement": {
-                "prefill": session.exec().placement().prefill.compact(),
-                "decode": session.exec().placement().decode.compact(),
+                "prefill": session.placement().prefill.compact(),
+                "decode": session.placement().decode.compact(),
             },
-            "exec": session.exec().stats,
+            "exec": session.exec_stats(),
             "ctx_shift": session.shift_stats(),
             "fallbacks": gen.fallbacks,
         });
@@ -684,21 +672,21 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 "ms": c.ms,
             });
         }
-        if let Some(g) = model.gpu() {
+        if let Some(h) = model.gpu_startup() {
             // The start-up check: variants tested in this load, the record and pipeline
             // cache used (docs/embedding.md, "Start-up").
-            obj["gpu_startup"] = serde_json::to_value(&g.health).unwrap_or_default();
+            obj["gpu_startup"] = serde_json::to_value(h).unwrap_or_default();
         }
-        if let Some(r) = session.exec().policy_report() {
+        if let Some(r) = session.policy_report() {
             obj["policy"] = serde_json::to_value(r).unwrap_or_default();
         }
         if let Some(m) = model.memory() {
-            obj["memory"] = memory_json(m, session.exec().stream_stats(), t.decode_tps);
-        } else if model.mem_budget().is_some() || session.exec().stream_stats().is_some() {
-            let s = session.exec().stream_stats();
+            obj["memory"] = memory_json(m, session.stream_stats(), t.decode_tps);
+        } else if model.mem_budget().is_some() || session.stream_stats().is_some() {
+            let s = session.stream_stats();
             // A GPU streaming its non-resident blocks through the storage reader.
-            let limit = memwall::memory::detect_limit();
-            let peak = memwall::memory::measured_peak(limit.as_ref());
+            let limit = api::detect_limit();
+            let peak = api::measured_peak(limit.as_ref());
             obj["memory"] = serde_json::json!({
                 "budget_bytes": model.mem_budget(),
                 "storage": s,
@@ -740,7 +728,7 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 100.0 * x.hit_rate(),
                 x.hits + x.misses,
                 x.held,
-                memwall::ground::format_size(x.capacity_bytes),
+                api::format_size(x.capacity_bytes),
                 x.bytes_read as f64 / 1e6,
                 x.read_s,
                 x.wait_s,
@@ -757,16 +745,16 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
                 sp.tokens_per_pass()
             );
         }
-        if let (Some(m), Some(st)) = (model.memory(), session.exec().stream_stats()) {
+        if let (Some(m), Some(st)) = (model.memory(), session.stream_stats()) {
             let r = &m.residency;
             let n_streamed = r.resident.iter().filter(|&&x| !x).count();
             eprintln!(
                 "memory budget {}: {} of {} blocks streamed from storage, {} per token, read at \
                  {:.2} GB/s ({} waits for storage)",
-                memwall::ground::format_size(m.budget_bytes),
+                api::format_size(m.budget_bytes),
                 n_streamed,
                 r.resident.len(),
-                memwall::ground::format_size(r.streamed_bytes),
+                api::format_size(r.streamed_bytes),
                 st.read_gbps,
                 st.waits
             );
