@@ -407,7 +407,7 @@ fn base_image_is_valid() {
     let g = Gguf::from_bytes(w.to_bytes()).unwrap();
     assert_eq!(g.tensors().len(), 2);
     assert_eq!(g.metadata().len(), 4);
-    assert!(memwall::check::check_gguf(&g, "x".as_ref()).is_ok());
+    assert!(memwall::tools::check::check_gguf(&g, "x".as_ref()).is_ok());
 }
 
 #[test]
@@ -489,7 +489,7 @@ fn nesting_at_the_limit_is_accepted() {
 
 #[test]
 fn non_finite_scales_and_elements_are_reported() {
-    use memwall::check::{check_bytes, Problem};
+    use memwall::tools::check::{check_bytes, Problem};
     let nan16 = [0x00, 0x7e];
     let inf16 = [0x00, 0x7c];
     let mut q4_0 = q4_0_blocks(8);

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use memwall::check::{check_file, scale_fields, Field};
 use memwall::gguf::{Gguf, GgufError};
+use memwall::tools::check::{check_file, scale_fields, Field};
 use memwall::GgmlType;
 
 #[test]

@@ -11,9 +11,9 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use memwall::bench::upcycle::{upcycle, UpcycleOptions};
 use memwall::engine::{DeviceChoice, LoadOptions, Model};
 use memwall::model::Logits;
+use memwall::tools::bench::upcycle::{upcycle, UpcycleOptions};
 
 /// Loads in this file run one at a time: the budget plan counts what the process holds.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

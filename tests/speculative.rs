@@ -20,7 +20,8 @@ fn q4_0_draft() -> PathBuf {
     std::fs::create_dir_all(&dir).unwrap();
     let path = dir.join(format!("draft-q4_0-{}.gguf", std::process::id()));
     common::kv::write_once(&path, |tmp| {
-        memwall::bench::requant::requantize(&common::model_path(), tmp, GgmlType::Q4_0).unwrap();
+        memwall::tools::bench::requant::requantize(&common::model_path(), tmp, GgmlType::Q4_0)
+            .unwrap();
     });
     path
 }

@@ -6,9 +6,9 @@
 mod common;
 
 use kernels_ref::GgmlType;
-use memwall::bench::synth::{parse_type, synth_writer, write_synth, Preset, SynthOptions};
 use memwall::engine::{LoadOptions, Model};
 use memwall::gguf::Gguf;
+use memwall::tools::bench::synth::{parse_type, synth_writer, write_synth, Preset, SynthOptions};
 
 #[test]
 fn every_type_round_trips_loads_and_generates() {
@@ -31,7 +31,7 @@ fn every_type_round_trips_loads_and_generates() {
             bytes == synth_writer(&o).unwrap().to_bytes(),
             "{name}: streamed image differs"
         );
-        let report = memwall::check::check_file(&path);
+        let report = memwall::tools::check::check_file(&path);
         assert!(report.is_ok(), "{name}: {:?}", report.problems);
 
         let g = Gguf::open(&path).unwrap();
@@ -150,7 +150,7 @@ fn the_moe_preset_is_a_qwen3moe_model_matching_the_reference() {
     let path = dir.join("tiny-moe.gguf");
     write_synth(&path, &o, &mut |_, _| {}).unwrap();
     assert!(std::fs::read(&path).unwrap() == synth_writer(&o).unwrap().to_bytes());
-    let report = memwall::check::check_file(&path);
+    let report = memwall::tools::check::check_file(&path);
     assert!(report.is_ok(), "{:?}", report.problems);
     let model = Model::load(&path, &LoadOptions::default()).unwrap();
     let c = model.config().clone();

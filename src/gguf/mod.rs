@@ -17,6 +17,8 @@ mod parse;
 #[cfg(test)]
 mod tests;
 mod value;
+// The writer serves the tools (synthetic models, requantization) and the tests.
+#[cfg(any(test, feature = "tools"))]
 pub mod writer;
 
 pub use value::{Value, ValueType};

@@ -3,11 +3,11 @@
 
 use std::path::PathBuf;
 
-use memwall::bench::synth::{write_synth, Preset, SynthOptions};
 use memwall::engine::{DeviceChoice, Generation, LoadOptions, Model, Session};
 use memwall::gpu::DeviceSelector;
 use memwall::kv_type::KvTypes;
 use memwall::sampler::SamplerParams;
+use memwall::tools::bench::synth::{write_synth, Preset, SynthOptions};
 use memwall::GgmlType;
 
 /// Writes (once per process and name) a tiny random model of `n_layer` blocks whose weights
@@ -55,7 +55,7 @@ pub fn synth_model_arch(n_layer: usize, seed: u64, arch: &str) -> PathBuf {
     ));
     write_once(&path, |tmp| {
         let o = SynthOptions::new(Preset::Tiny, Some(n_layer), GgmlType::Q8_0, seed);
-        let w = memwall::bench::synth::synth_writer(&o).unwrap();
+        let w = memwall::tools::bench::synth::synth_writer(&o).unwrap();
         let mut out = memwall::gguf::writer::GgufWriter::new();
         for (k, v) in w.metadata_pairs() {
             let v = if k == "general.architecture" {

@@ -36,6 +36,6 @@ pub fn exercise(data: &[u8]) {
         total += d.iter().map(|&b| u64::from(b)).sum::<u64>();
     }
     std::hint::black_box(total);
-    let _ = memwall::inspect::inspect_to_string(&g);
-    let _ = memwall::check::check_gguf(&g, std::path::Path::new("<fuzz>"));
+    let _ = memwall::tools::inspect::inspect_to_string(&g);
+    let _ = memwall::tools::check::check_gguf(&g, std::path::Path::new("<fuzz>"));
 }

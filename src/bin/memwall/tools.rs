@@ -51,7 +51,7 @@ pub(crate) struct BenchArgs {
     probe_mib: Option<u64>,
     #[command(flatten)]
     budget: BudgetArgs,
-    /// Print the results as one JSON object (schema: see `memwall::bench`).
+    /// Print the results as one JSON object (schema: see `memwall::tools::bench`).
     #[arg(long)]
     json: bool,
 }
@@ -254,7 +254,7 @@ pub(crate) fn plan(a: PlanArgs) -> memwall::Result<ExitCode> {
 }
 
 pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
-    use memwall::bench;
+    use memwall::tools::bench;
     let devices = bench::parse_devices(&a.device)?;
     let (mem_budget, stream_io) = a.budget.parse()?;
     let opts = bench::BenchOptions {
@@ -340,7 +340,7 @@ pub(crate) struct BenchKernelsArgs {
 }
 
 pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
-    use memwall::bench::kernels as bk;
+    use memwall::tools::bench::kernels as bk;
     let mut shapes = Vec::new();
     let items = if a.smoke { "smoke" } else { a.shapes.as_str() };
     for item in items.split(',').filter(|s| !s.trim().is_empty()) {
@@ -373,7 +373,7 @@ pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
     };
     let report = bk::run_kernels_bench(&opts, |line| eprintln!("{line}"))?;
     if let Some(path) = &a.plot {
-        std::fs::write(path, memwall::bench::plot::roofline_svg(&report)).map_err(|e| {
+        std::fs::write(path, memwall::tools::bench::plot::roofline_svg(&report)).map_err(|e| {
             memwall::Error::InvalidArgument(format!("--plot {}: {e}", path.display()))
         })?;
     }
@@ -390,7 +390,7 @@ pub(crate) fn bench_kernels(a: BenchKernelsArgs) -> memwall::Result<ExitCode> {
 }
 
 pub(crate) fn synth(a: SynthArgs) -> memwall::Result<ExitCode> {
-    use memwall::bench::synth;
+    use memwall::tools::bench::synth;
     let (ty, q4_k_m) = synth::parse_weights(&a.ty)?;
     let opts = synth::SynthOptions {
         router_skew: a.router_skew,
@@ -469,12 +469,12 @@ pub(crate) fn inspect(file: &PathBuf) -> memwall::Result<ExitCode> {
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     // A closed pipe (`memwall inspect f | head`) is not an error worth a message.
-    let _ = memwall::inspect::inspect(&g, &mut out).and_then(|()| out.flush());
+    let _ = memwall::tools::inspect::inspect(&g, &mut out).and_then(|()| out.flush());
     Ok(ExitCode::SUCCESS)
 }
 
 pub(crate) fn check(file: &PathBuf, json: bool) -> memwall::Result<ExitCode> {
-    let report = memwall::check::check_file(file);
+    let report = memwall::tools::check::check_file(file);
     if json {
         println!(
             "{}",
@@ -505,8 +505,8 @@ pub(crate) fn check(file: &PathBuf, json: bool) -> memwall::Result<ExitCode> {
 }
 
 pub(crate) fn quantize(a: QuantizeArgs) -> memwall::Result<ExitCode> {
-    let ty = memwall::bench::requant::parse_target(&a.ty)?;
-    let r = memwall::bench::requant::requantize(&a.model, &a.output, ty)?;
+    let ty = memwall::tools::bench::requant::parse_target(&a.ty)?;
+    let r = memwall::tools::bench::requant::requantize(&a.model, &a.output, ty)?;
     println!(
         "wrote {}: {} matrices as {ty}, {} tensors copied, {} bytes",
         a.output.display(),
@@ -518,7 +518,7 @@ pub(crate) fn quantize(a: QuantizeArgs) -> memwall::Result<ExitCode> {
 }
 
 pub(crate) fn upcycle(a: UpcycleArgs) -> memwall::Result<ExitCode> {
-    use memwall::bench::upcycle::{upcycle, UpcycleOptions};
+    use memwall::tools::bench::upcycle::{upcycle, UpcycleOptions};
     let o = UpcycleOptions {
         n_expert: a.experts,
         n_expert_used: a.used,

@@ -83,7 +83,9 @@ pub fn gpu_flops(ctx: &GpuContext, runs: usize) -> Result<FlopsProbe> {
             .device
             .create_shader_module(wgpu::ShaderModuleDescriptor {
                 label: Some("flops probe"),
-                source: wgpu::ShaderSource::Wgsl(include_str!("../../shaders/flops.wgsl").into()),
+                source: wgpu::ShaderSource::Wgsl(
+                    include_str!("../../../shaders/flops.wgsl").into(),
+                ),
             });
         let pipeline = ctx
             .device

@@ -260,7 +260,7 @@ pub fn roofline_svg(rep: &KernelsReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::kernels::{AdapterReport, KernelResult};
+    use crate::tools::bench::kernels::{AdapterReport, KernelResult};
 
     fn result(variant: &str, flops: u64, bytes: u64, gflops: f64) -> KernelResult {
         KernelResult {

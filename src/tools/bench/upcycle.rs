@@ -155,10 +155,10 @@ pub fn upcycle(src: &Path, out: &Path, o: &UpcycleOptions) -> Result<UpcycleSumm
         if *part == "ffn_gate" {
             // The router, [n_embd, n_expert] f32: uniform in ±2/sqrt(n_embd), so a
             // normalized input gives logits of about unit spread.
-            let mut st = o.seed ^ crate::bench::synth::hash_name(&t.name);
+            let mut st = o.seed ^ crate::tools::bench::synth::hash_name(&t.name);
             let a = 2.0 / (n_embd as f32).sqrt();
             let r: Vec<f32> = (0..n_embd * o.n_expert)
-                .map(|_| crate::bench::synth::uniform(&mut st) * a)
+                .map(|_| crate::tools::bench::synth::uniform(&mut st) * a)
                 .collect();
             w = w.tensor_f32(
                 format!("{block}ffn_gate_inp.weight"),

@@ -129,7 +129,7 @@ mod tests {
     /// its values within Q8_0's rounding, the norms are copied byte for byte.
     #[test]
     fn q4_1_model_to_q8_0() {
-        use crate::bench::synth::{write_synth, Preset, SynthOptions};
+        use crate::tools::bench::synth::{write_synth, Preset, SynthOptions};
         let dir = std::env::temp_dir().join(format!("memwall-requant-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let (a, b) = (dir.join("a.gguf"), dir.join("b.gguf"));
