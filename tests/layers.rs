@@ -12,20 +12,12 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[&[&str]] = &[
     &["ground", "logging"],
     &["gguf", "error", "kv_type"],
-    &[
-        "config",
-        "tokenizer",
-        "chat",
-        "sampler",
-        "memory",
-        "check",
-        "inspect",
-    ],
+    &["config", "tokenizer", "chat", "sampler", "memory"],
     &["cpu", "backend"],
     &["cpu_backend", "gpu", "model"],
     &["plan", "scheduler"],
     &["engine"],
-    &["api", "bench"],
+    &["api", "tools"],
 ];
 
 fn root() -> PathBuf {
