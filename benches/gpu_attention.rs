@@ -9,7 +9,9 @@
 
 use std::time::Instant;
 
-use memwall::gpu::attention::{split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK};
+use memwall::gpu::kernels::attention::{
+    split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK,
+};
 use memwall::gpu::kernels::{self, upload_f32, Dispatch, Kernels};
 use memwall::gpu::{DeviceSelector, GpuContext};
 use memwall::kv_type::KvTypes;

@@ -8,8 +8,8 @@
 
 use std::time::Instant;
 
+use memwall::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use memwall::gpu::kernels::{self, Dispatch, Kernels};
-use memwall::gpu::q8act::{qd_vec4s, qx_words};
 use memwall::gpu::{repack, DeviceSelector, GpuContext, WeightFormat};
 
 const REPS: usize = 50;

@@ -1,6 +1,6 @@
 // Prefill matmul y[t][row_offset + r] = sum_c W[r][c] * x[t][c] (twin of kernels-ref's
 // ops::matmul), dequantization fused in. Composed after a quant/*.wgsl fragment (bindings 0..1
-// for W, const QK, fn dq_block): see src/gpu/shaders.rs. No reduction fragment: every output
+// for W, const QK, fn dq_block): see src/gpu/registry/mod.rs. No reduction fragment: every output
 // is summed by one invocation.
 //
 // Tiling: one workgroup computes a TM x TN tile of y (TM weight rows x TN tokens). For each
@@ -8,7 +8,7 @@
 // inputs in workgroup memory, so each weight is decoded once per tile (not once per token)
 // and each input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile:
 // rows tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host
-// picks TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/matmul.rs). Workgroup memory:
+// picks TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/kernels/matmul.rs). Workgroup memory:
 // (TM + TN) * 32 * 4 bytes.
 //
 // Tiles are numbered row tile first: tile = wid.x + wid.y * groups_x (2-D dispatch when there

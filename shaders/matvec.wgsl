@@ -1,7 +1,7 @@
 // Decode matvec y = W x (twin of kernels-ref's ops::matvec).
 // Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum), a quant/*.wgsl fragment
 // (bindings 0..1 for W, const QK, fn dq_block), matvec_params.wgsl (MatvecParams P, x, y)
-// and load_x4.wgsl: see src/gpu/shaders.rs.
+// and load_x4.wgsl: see src/gpu/registry/mod.rs.
 // One workgroup computes ROWS consecutive rows for one token; its WG invocations stride over a
 // row's blocks and the partial dot products are summed with wg_sum. Dispatch is 2-D when the
 // number of workgroups exceeds the per-dimension limit: group = wid.x + wid.y * groups_x, and

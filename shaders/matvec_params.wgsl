@@ -1,5 +1,5 @@
 // Parameters and bindings of the f32-activation matvecs (matvec.wgsl, matvec_rows.wgsl), one
-// declaration for both so they keep one contract (src/gpu/params.rs `MatvecParams`).
+// declaration for both so they keep one contract (src/gpu/registry/params.rs `MatvecParams`).
 
 struct MatvecParams {
     rows: u32,

@@ -6,7 +6,7 @@
 // Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum), quant/chunk.wgsl (struct
 // QChunk, fn dot_i8x4), a quant/*.wgsl fragment with an integer path (bindings 0..1 for W,
 // fn dq_chunk) and q8_params.wgsl (MatvecQ8Params P, the qx / qd bindings, fn
-// strided_partial), and before a matvec_q8_out/*.wgsl fragment: see src/gpu/shaders.rs.
+// strided_partial), and before a matvec_q8_out/*.wgsl fragment: see src/gpu/registry/mod.rs.
 // One workgroup computes ROWS consecutive rows for one token; its WG invocations stride over a
 // row's chunks and the partial sums are added with wg_sum. Dispatch is 2-D when the number of
 // workgroups exceeds the per-dimension limit: group = wid.x + wid.y * groups_x, and

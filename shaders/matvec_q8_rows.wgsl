@@ -19,7 +19,7 @@
 // MatvecQ8Params P, the qx / qd bindings and fn chunk_dot: q8_params.wgsl; WG and MAX_TOKENS:
 // q8_rows/header.wgsl.
 // Rows per invocation for fewer than 4 tokens (MATVEC_Q8_ROWS_PER_INVOCATION in
-// src/gpu/q8act.rs); P.rows_per_inv is ROWS or 1.
+// src/gpu/kernels/q8act.rs); P.rows_per_inv is ROWS or 1.
 const ROWS: u32 = 4u;
 
 // One activation chunk (chunk ci of qx/qd), unpacked once for several weight rows: its 32

@@ -7,7 +7,7 @@
 // Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path (bindings
 // 0..1 for W, fn dq_chunk) and q8_params.wgsl (MatvecQ8Params P, the qx / qd bindings, fn
 // strided_partial), and before a matvec_q8_out/*.wgsl fragment (fn store_y).
-// The host sets ROWS to WG / the adapter's smallest subgroup size (src/gpu/kernels.rs
+// The host sets ROWS to WG / the adapter's smallest subgroup size (src/gpu/kernels/mod.rs
 // `matvec_q8_rows_per_group`); subgroups claim row slots from a counter rather than assume
 // how invocations map to subgroups, and with larger subgroups than that each takes several
 // rows in turn.

@@ -1,7 +1,7 @@
 // The parameters of the integer (8-bit activation) matrix kernels over one weight matrix:
 // matvec_q8.wgsl, matvec_q8_sg.wgsl and the row layouts (q8_rows/header.wgsl,
 // matvec_q8_rows.wgsl, matmul_q8_rows*.wgsl), so they take the same parameters as
-// src/gpu/q8act.rs plans them, and a row's strided dot product.
+// src/gpu/kernels/q8act.rs plans them, and a row's strided dot product.
 // Composed after q8_act.wgsl and before the kernel, which is followed by a matvec_q8_out/*.wgsl
 // fragment (y at binding 4 and, for split outputs, 6 and 7, and `fn store_y(t, row, v)`).
 
@@ -31,7 +31,7 @@ struct MatvecQ8Params {
     rows_per_inv: u32,
     // matmul_q8_rows*: live invocations per workgroup (a multiple of the subgroup size, at
     // most WG): the host picks it per launch so the workgroups share out evenly over
-    // llvmpipe's worker threads (src/gpu/layouts.rs `RowBalance`); invocations
+    // llvmpipe's worker threads (src/gpu/health/layouts.rs `RowBalance`); invocations
     // lid >= row_stride do no work. Unused by the other kernels.
     row_stride: u32,
     pad0: u32,

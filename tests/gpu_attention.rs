@@ -10,7 +10,7 @@ mod common;
 mod gpu_support;
 
 use gpu_support::{context, Rng, U};
-use memwall::gpu::attention::{
+use memwall::gpu::kernels::attention::{
     split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK, SPLIT_MAX_TOKENS,
 };
 use memwall::gpu::kernels::{self, upload_f32, Dispatch, Kernels, Launch};

@@ -14,10 +14,10 @@ mod gpu_support;
 use gpu_support::{random_weights, Rng};
 use kernels_ref::GgmlType;
 use memwall::config::FfnAct;
+use memwall::gpu::kernels::q8act::{qd_vec4s, qx_words, Q8Target};
 use memwall::gpu::kernels::{self, Kernels};
-use memwall::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
+use memwall::gpu::registry::{MatvecOut, WeightFormat};
 use memwall::gpu::repack::repack;
-use memwall::gpu::shaders::{MatvecOut, WeightFormat};
 use memwall::gpu::GpuContext;
 
 const GUARDS: usize = 3;

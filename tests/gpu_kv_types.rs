@@ -18,7 +18,7 @@ use memwall::backend::Backend;
 use memwall::config::Config;
 use memwall::cpu_backend::CpuBackend;
 use memwall::gguf::Gguf;
-use memwall::gpu::shaders::kv_type_pairs;
+use memwall::gpu::registry::kv_type_pairs;
 use memwall::gpu::{GpuBackend, GpuLoadOptions, GpuModel};
 use memwall::kv_type::{KvType, KvTypes};
 

@@ -10,8 +10,8 @@ mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};
 use memwall::config::FfnAct;
+use memwall::gpu::kernels::ops::RopeConfig;
 use memwall::gpu::kernels::{self, Kernels};
-use memwall::gpu::ops::RopeConfig;
 use memwall::gpu::{repack, GpuContext, WeightFormat};
 
 /// Workgroup-memory kernels, the subgroup ones where available, and the portable ones on a

@@ -11,7 +11,7 @@ use std::collections::HashSet;
 use std::process::Command;
 
 use gpu_support::context;
-use memwall::gpu::selftest::{names, run_selftest, SelftestRow};
+use memwall::gpu::health::selftest::{names, run_selftest, SelftestRow};
 use memwall::gpu::{GpuContext, KernelKey};
 
 /// Whether the adapter's kernel sets take the prefill lanes attention: CPU-like with

@@ -3,7 +3,7 @@
 
 use std::collections::HashSet;
 
-use memwall::gpu::shaders::{kv_type_pairs, KernelKey, MatvecOut, WeightFormat};
+use memwall::gpu::registry::{kv_type_pairs, KernelKey, MatvecOut, WeightFormat};
 use memwall::kv_type::KvType;
 use naga::valid::{Capabilities, ShaderStages, SubgroupOperationSet, ValidationFlags, Validator};
 
@@ -216,7 +216,7 @@ fn all_lists_every_variant_once() {
         want.insert(key);
     }
     // The prefill lanes variant: subgroups always, compiled by the contexts that choose it
-    // (memwall::gpu::layouts::AdapterFacts::keys).
+    // (memwall::gpu::health::layouts::AdapterFacts::keys).
     for kv in kv_type_pairs() {
         let key = KernelKey::AttentionPrefillLanes { kv };
         assert!(!key.has_reduction_choice() && key.uses_subgroups());
@@ -293,7 +293,7 @@ fn all_lists_every_variant_once() {
 /// (the host writes the Rust struct's bytes into the kernel's uniform).
 #[test]
 fn attention_params_match_the_rust_struct() {
-    use memwall::gpu::shaders::AttentionParams as P;
+    use memwall::gpu::registry::AttentionParams as P;
     use std::mem::{offset_of, size_of};
     // (name, offset) of each Rust field, in declaration order.
     macro_rules! fields {

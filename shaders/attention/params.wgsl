@@ -1,6 +1,6 @@
 // Shared head of the attention kernels (attention_split.wgsl, attention_combine.wgsl,
 // attention_prefill.wgsl, attention_prefill_lanes.wgsl): their one parameter struct, the
-// twin of src/gpu/params.rs's `AttentionParams` (tests/gpu_shaders.rs checks the two agree),
+// twin of src/gpu/registry/params.rs's `AttentionParams` (tests/gpu_shaders.rs checks the two agree),
 // and the constants they share. Each kernel binds `P` itself (its binding number differs).
 
 struct AttentionParams {

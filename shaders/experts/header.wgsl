@@ -1,5 +1,5 @@
 // Shared head of the routed experts' kernels (matvec_experts.wgsl over f32 inputs,
-// experts_q8.wgsl over 8-bit ones): the parameters and the expert ids, as src/gpu/moe.rs plans
+// experts_q8.wgsl over 8-bit ones): the parameters and the expert ids, as src/gpu/kernels/moe.rs plans
 // them. Composed after the weight format's fragments and before the kernel, which declares
 // its inputs and its output y.
 // Pair p of a routing (ids from moe_route.wgsl) computes y[p] = W_e x[p / x_div] with W_e the

@@ -7,7 +7,7 @@
 // block types), so a block never straddles heads or rows; a block starts on an even byte.
 // attention/qkv.wgsl declares `k_cache` and `v_cache` (array<u32>).
 
-// Set per pipeline (src/gpu/kernels.rs); the compiler folds the switch below.
+// Set per pipeline (src/gpu/kernels/mod.rs); the compiler folds the switch below.
 override K_TYPE: u32 = 0u;
 override V_TYPE: u32 = 0u;
 

@@ -142,7 +142,8 @@ impl Context {
     /// decoding keeps its verification passes within it, so greedy output is plain decoding's.
     pub fn exact_batch(&self) -> usize {
         if self.exec.has_gpu() {
-            crate::gpu::attention::SPLIT_MAX_TOKENS.min(crate::gpu::backend::MATVEC_MAX_TOKENS)
+            crate::gpu::kernels::attention::SPLIT_MAX_TOKENS
+                .min(crate::gpu::backend::MATVEC_MAX_TOKENS)
         } else {
             usize::MAX
         }

@@ -191,9 +191,9 @@ pub(super) fn open_gpu(gguf: &Gguf, cfg: &Config, opts: &LoadOptions) -> Result<
         // record read); stages with no working variant of something stay on the CPU.
         let kv = resolve_kv_types(opts, cfg.head_dim)?;
         let (health, capable) =
-            crate::gpu::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
-        let placement = crate::gpu::startup::restrict(&placement, &capable);
-        let resident = crate::gpu::startup::restrict(&resident, &capable);
+            crate::gpu::health::startup::check_model(&ctx, gguf, cfg, kv, &opts.health)?;
+        let placement = crate::gpu::health::startup::restrict(&placement, &capable);
+        let resident = crate::gpu::health::startup::restrict(&resident, &capable);
         let placement = experts_resident(cfg, placement, &resident);
         let gopts = GpuLoadOptions {
             f32_activations: opts.gpu.f32_activations || opts.f32_activations,

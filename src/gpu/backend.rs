@@ -11,11 +11,11 @@ use std::sync::Arc;
 use crate::backend::{Backend, WeightId};
 use crate::error::{Error, Result};
 
-use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
+use crate::gpu::kernels::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::Launch;
-use crate::gpu::q8act::{qd_vec4s, qx_words};
 use crate::gpu::recorder::Recorder;
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 use crate::gpu::stream::StreamRing;
 use crate::gpu::timing::GpuTimer;
 use crate::gpu::weights::{GpuModel, GpuWeightMatrix};

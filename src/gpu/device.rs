@@ -135,7 +135,7 @@ pub struct GpuContext {
     pub pipeline_cache_key: Option<String>,
     /// The on-disk pipeline cache kernels compile through, once opened
     /// ([`GpuContext::open_pipeline_cache`]).
-    pub pipeline_cache: Option<crate::gpu::pipelines::DiskPipelineCache>,
+    pub pipeline_cache: Option<crate::gpu::kernels::pipelines::DiskPipelineCache>,
     /// Errors no error scope caught (from the `on_uncaptured_error` handler).
     uncaptured: Arc<Mutex<Vec<String>>>,
     /// Why the device was lost, once it was (set by wgpu's device-lost callback, or by an
@@ -278,7 +278,7 @@ impl GpuContext {
     /// Compiles kernels through the pipeline cache file in `dir` from now on (nothing where
     /// the backend has no pipeline cache). Lazy like the rest: only a model load calls it.
     pub fn open_pipeline_cache(&mut self, dir: &std::path::Path) {
-        self.pipeline_cache = crate::gpu::pipelines::DiskPipelineCache::open(self, dir);
+        self.pipeline_cache = crate::gpu::kernels::pipelines::DiskPipelineCache::open(self, dir);
     }
 
     /// Saves the pipeline cache (after the kernels are compiled), if one is open.

@@ -1,64 +1,49 @@
 //! The GPU path: wgpu + WGSL compute shaders (Vulkan on phones, lavapipe in CI, GL fallback).
+//! One folder per question:
 //!
-//! - [`attention`]: KV cache store and attention (flash-decoding split, tiled prefill).
-//! - [`device`]: adapter listing and lazy, fallible device bring-up ([`GpuContext`]).
-//! - [`shaders`]: the kernel registry ([`KernelKey`]) composing `shaders/*.wgsl` fragments.
-//! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart).
-//! - [`kernels`]: pipeline cache, uploads, prepared dispatches, readback.
-//! - [`matmul`]: the tiled, dequant-fused prefill matmul.
-//! - [`ops`]: the element-wise and row ops of the forward pass (RoPE, SwiGLU, add, softmax,
-//!   argmax, embedding lookup).
-//! - [`attention`]: KV-cache store and attention (split over the sequence for decode, tiled for
-//!   prefill).
-//! - [`weights`]: the model's weights uploaded once ([`GpuModel`]), split across bindings when a
-//!   tensor exceeds the binding limit.
+//! - [`registry`]: which kernels exist: the [`KernelKey`]s composing `shaders/*.wgsl`
+//!   fragments, and the uniform parameter structs they take ([`registry::params`]).
+//! - [`kernels`]: how a kernel is compiled and launched: the pipeline cache and prepared
+//!   dispatches ([`Kernels`]), pipeline creation ([`kernels::pipelines`]), and one file per op
+//!   family: [`kernels::ops`] (RoPE, SwiGLU, add, softmax, argmax, embedding lookup),
+//!   [`kernels::attention`] (KV store, split decode and tiled prefill attention),
+//!   [`kernels::matmul`] (the tiled prefill matmul), [`kernels::q8act`] (the integer matvec
+//!   path), [`kernels::moe`] (routing, the routed experts' products, their weighted sum).
+//! - [`health`]: which variants work on this adapter: the start-up check of a model's variants
+//!   kept per adapter on disk ([`health::startup`]), the known-bad list, the fallback chains
+//!   ([`health::variants`]), the launch layouts chosen from the adapter's facts
+//!   ([`health::layouts`]) and the selftest of every variant against kernels-ref
+//!   ([`health::selftest`]).
+//! - [`device`]: adapter listing and lazy, fallible device bring-up ([`GpuContext`]);
+//!   [`faults`]: fault injection for the failover tests; [`probe`]: the memory bandwidth probe.
+//! - [`repack`]: GGUF weight blocks to the GPU layout (aligned `u32` words, scales apart);
+//!   [`weights`]: the model's weights uploaded once ([`GpuModel`]), split across bindings when a
+//!   tensor exceeds the binding limit; [`stream`]: blocks streamed through slots.
 //! - [`recorder`]: launches recorded into one command buffer per step, nothing created in the
-//!   token loop.
+//!   token loop; [`timing`]: stage timestamps.
 //! - [`backend`]: [`GpuBackend`], the `Backend` the forward pass runs on.
-//! - [`selftest`]: every kernel variant the adapter can run against kernels-ref.
-//! - [`health`], [`startup`], [`known_bad`], [`variants`]: the start-up selftest of the
-//!   variants a model needs, kept per adapter on disk; failed or known-bad variants replaced
-//!   by their fallbacks, stages without any working variant kept on the CPU.
-//! - [`layouts`]: the launch layouts (and so the key sets) chosen from the adapter's facts.
-//! - [`pipelines`]: pipeline creation (reflected layouts, the on-disk pipeline cache).
-//! - [`probe`]: the memory bandwidth probe `memwall bench` measures the floor with.
-//! - [`q8act`]: the integer matvec path (int8 activation chunks, as the CPU computes).
-//! - [`moe`]: the mixture-of-experts kernels (routing, the routed experts' matvecs, their
-//!   weighted sum), the expert ids kept on the GPU.
 
-pub mod attention;
 pub mod backend;
 pub mod device;
 #[doc(hidden)]
 pub mod faults;
 pub mod health;
 pub mod kernels;
-pub mod known_bad;
-pub mod layouts;
-pub mod matmul;
-pub mod moe;
-pub mod ops;
-pub mod params;
-pub mod pipelines;
 pub mod probe;
-pub mod q8act;
 pub mod recorder;
+pub mod registry;
 pub mod repack;
-pub mod selftest;
-pub mod shaders;
-pub mod startup;
 pub mod stream;
 pub mod timing;
-pub mod variants;
 pub mod weights;
 
 pub use backend::{GpuAct, GpuBackend};
 pub use device::{list_adapters, AdapterInfoRow, DeviceSelector, GpuContext};
 #[doc(hidden)]
 pub use faults::GpuFaults;
+pub use health::known_bad::KnownBad;
 pub use health::{HealthOptions, HealthReport};
 pub use kernels::{Dispatch, GpuMatrix, KernelOptions, Kernels};
-pub use known_bad::KnownBad;
+pub use registry::{KernelKey, WeightFormat};
 pub use repack::{repack, PackedMatrix};
-pub use shaders::{KernelKey, WeightFormat};
 pub use weights::{needed_on_gpu, GpuLoadOptions, GpuModel};

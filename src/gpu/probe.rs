@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, run, to_u32, Kernels, Launch};
-use crate::gpu::shaders::{KernelKey, ProbeParams};
+use crate::gpu::registry::{KernelKey, ProbeParams};
 
 /// vec4s each invocation reads in the bench's launches (enough in flight per invocation to
 /// hide latency, few enough that every compute unit gets workgroups).

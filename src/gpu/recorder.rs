@@ -12,7 +12,7 @@ use std::num::NonZeroU64;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{Kernels, Launch, Pipeline, PARAMS_SLOT};
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// Launches one submission can hold (a decode step of a 30-layer model needs ~500).
 const RING_SLOTS: usize = 2048;

@@ -23,7 +23,7 @@
 //! pair is padded with 4 zero words of scales and a zero d).
 
 use crate::error::{Error, Result};
-use crate::gpu::shaders::WeightFormat;
+use crate::gpu::registry::WeightFormat;
 
 /// A weight matrix in the GPU layout (see the module docs for the buffer shapes).
 #[derive(Debug, Clone, PartialEq)]

@@ -16,10 +16,10 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::ops::{rope_freqs, RopeConfig};
 use crate::gpu::kernels::{flush_uploads, upload_f32, upload_matrix, GpuMatrix, Kernels};
-use crate::gpu::ops::{rope_freqs, RopeConfig};
+use crate::gpu::registry::WeightFormat;
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::WeightFormat;
 use crate::ground::{Device, Placement};
 
 /// Rows `row0..row0 + m.rows` of a weight matrix, read from rows `w_row0..w_row0 + m.rows`
@@ -228,12 +228,14 @@ impl GpuModel {
             ctx.set_faults(f.clone());
         }
         let eager = match opts.kv_types {
-            Some(kv) => Some(crate::gpu::startup::model_keys(&ctx, gguf, cfg, kv)?),
+            Some(kv) => Some(crate::gpu::health::startup::model_keys(
+                &ctx, gguf, cfg, kv,
+            )?),
             None => None,
         };
         let kernels = Kernels::with_health_for(
             &ctx,
-            crate::gpu::startup::kernel_options(&ctx),
+            crate::gpu::health::startup::kernel_options(&ctx),
             &opts.unusable_kernels,
             |k| eager.as_ref().is_none_or(|e| e.contains(k)),
         )?;

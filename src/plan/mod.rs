@@ -15,8 +15,8 @@ pub use report::{plan, PlanReport, Row};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::gguf::Gguf;
-use crate::gpu::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
+use crate::gpu::kernels::attention::{attention_scratch_len, AttentionConfig, ATTENTION_CHUNK};
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 
 /// Tokens per forward batch the engine allocates activations for (the engine's
 /// `PREFILL_BATCH`; activation scratch scales with it).

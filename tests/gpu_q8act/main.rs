@@ -18,8 +18,8 @@ use gpu_support::{context, Rng};
 use memwall::backend::{Backend, WeightId};
 use memwall::cpu::{matmul_with, Isa, MatmulScratch, WeightView};
 use memwall::cpu_backend::CpuBackend;
+use memwall::gpu::kernels::q8act::{q8_supported, qd_vec4s, qx_words};
 use memwall::gpu::kernels::{self, Kernels};
-use memwall::gpu::q8act::{q8_supported, qd_vec4s, qx_words};
 use memwall::gpu::{repack, GpuContext, KernelKey, WeightFormat};
 use reference::{activations, cpu_matmuls, division_sweep, quantize_host, references, Want};
 

@@ -2,7 +2,7 @@
 //! the integer matvec against the f32 one is `cargo bench --bench gpu_q8act`).
 
 use memwall::gpu::kernels;
-use memwall::gpu::shaders::{KernelKey, QuantizeActParams};
+use memwall::gpu::registry::{KernelKey, QuantizeActParams};
 use memwall::gpu::GpuContext;
 
 /// quantize_act compiled with `EXACT_DIV = false` (the platform's `/` for amax / 127 and

@@ -440,7 +440,7 @@ pub(crate) fn selftest(device: &str, json: bool) -> memwall::Result<ExitCode> {
     }
     let selector = memwall::gpu::DeviceSelector::parse(device)?;
     let ctx = memwall::gpu::GpuContext::new(&selector)?;
-    let rows = memwall::gpu::selftest::run_selftest(&ctx)?;
+    let rows = memwall::gpu::health::selftest::run_selftest(&ctx)?;
     if json {
         println!(
             "{}",
@@ -455,7 +455,7 @@ pub(crate) fn selftest(device: &str, json: bool) -> memwall::Result<ExitCode> {
             ctx.has_subgroups(),
             ctx.has_f16()
         );
-        print!("{}", memwall::gpu::selftest::table(&rows));
+        print!("{}", memwall::gpu::health::selftest::table(&rows));
     }
     if rows.iter().all(|r| r.pass) {
         Ok(ExitCode::SUCCESS)

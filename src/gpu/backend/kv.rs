@@ -9,7 +9,7 @@
 
 use super::{storage, GpuBackend};
 use crate::error::{Error, Result};
-use crate::gpu::attention::kv_cache_bytes;
+use crate::gpu::kernels::attention::kv_cache_bytes;
 use crate::gpu::weights::GpuModel;
 use crate::kv_type::KvTypes;
 

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use super::{GpuAct, GpuBackend, MATVEC_MAX_TOKENS};
 use crate::backend::WeightId;
 use crate::error::{Error, Result};
-use crate::gpu::q8act::Q8Target;
-use crate::gpu::shaders::MatvecOut;
+use crate::gpu::kernels::q8act::Q8Target;
+use crate::gpu::registry::MatvecOut;
 
 impl GpuBackend {
     /// Whether the 8-bit path takes matmuls over `w` (as `matmul_parts` decides).

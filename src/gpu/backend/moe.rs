@@ -9,7 +9,7 @@ use super::{GpuAct, GpuBackend};
 use crate::backend::{Backend, WeightId};
 use crate::config::Moe;
 use crate::error::{Error, Result};
-use crate::gpu::moe::ExpertsInput;
+use crate::gpu::kernels::moe::ExpertsInput;
 
 /// Buffers of the expert step for batches of up to `tokens` tokens, made at the first mixture
 /// block a session runs here.

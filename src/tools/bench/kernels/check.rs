@@ -1,13 +1,13 @@
 //! The correctness column of `memwall bench-kernels`: every result against kernels-ref's
 //! dequantization and an f64 matvec, under a tolerance derived the way the kernel tests derive
-//! theirs (src/gpu/selftest/checks*.rs), so a row is "ok" exactly when the selftest's rule
+//! theirs (src/gpu/health/selftest/checks*.rs), so a row is "ok" exactly when the selftest's rule
 //! would pass it.
 
 use crate::cpu::act::QAct;
 use crate::error::{Error, Result};
-use crate::gpu::selftest::checks::{f16_weight_err, oracle};
-use crate::gpu::selftest::U;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
+use crate::gpu::health::selftest::checks::{f16_weight_err, oracle};
+use crate::gpu::health::selftest::U;
+use crate::gpu::registry::{KernelKey, WeightFormat};
 
 /// f16 unit roundoff relative to the value (10 fraction bits): native-f16 weights may be up
 /// to this much larger, as in the selftest's matvec bound.
@@ -100,7 +100,7 @@ impl Reference {
                     for c in 0..cols {
                         let dx = f64::from(qa.d[c / 32]);
                         let w = f64::from(wd[r * cols + c]).abs();
-                        let off = crate::gpu::selftest::checks_q8::block_offset(
+                        let off = crate::gpu::health::selftest::checks_q8::block_offset(
                             ty,
                             data,
                             (r * cols + c) / 32,
@@ -207,7 +207,7 @@ pub fn judge(got: &[Vec<f32>], want: &[Vec<f64>], tol: impl Fn(usize, usize) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::selftest::Rng;
+    use crate::gpu::health::selftest::Rng;
 
     #[test]
     fn judge_passes_within_and_fails_outside_the_tolerance() {
@@ -237,7 +237,7 @@ mod tests {
     fn reference_accepts_an_f32_matvec_and_catches_a_wrong_one() {
         let (rows, cols) = (9, 256);
         for ty in [WeightFormat::Q4_0, WeightFormat::Q8_0, WeightFormat::Q4_K] {
-            let data = crate::gpu::selftest::checks::weights(ty, rows, cols, 7).unwrap();
+            let data = crate::gpu::health::selftest::checks::weights(ty, rows, cols, 7).unwrap();
             let x = Rng(3).values(2 * cols, 2.0);
             let r = Reference::new(ty, &data, rows, cols, &x, 2).unwrap();
             let mut got = Vec::new();

@@ -3,7 +3,7 @@
 //! measured read bandwidth it reaches, and a correctness check against kernels-ref.
 //!
 //! Variants are those of [`KernelKey::all`] that multiply a weight matrix (named as the
-//! selftest names them, [`crate::gpu::selftest::names`], minus the format): the f32-activation
+//! selftest names them, [`crate::gpu::health::selftest::names`], minus the format): the f32-activation
 //! matvec (`matvec workgroup|subgroup [f16]`, `matvec_rows` one row per invocation), the
 //! 8-bit-activation decode path (`matvec_q8 workgroup|subgroup`, `matvec_q8_rows`, each timed
 //! together with its `quantize_act`), and the prefill kernels over [`PREFILL_TOKENS`] tokens:
@@ -53,11 +53,11 @@ pub mod timing;
 
 use crate::error::{Error, Result};
 use crate::gpu::device::{list_adapters, DeviceSelector, GpuContext};
+use crate::gpu::health::selftest::{self, checks, Rng};
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{self, GpuMatrix, KernelOptions, Kernels};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
+use crate::gpu::registry::{KernelKey, WeightFormat};
 use crate::gpu::repack::repack;
-use crate::gpu::selftest::{self, checks, Rng};
-use crate::gpu::shaders::{KernelKey, WeightFormat};
 use check::Reference;
 pub use report::{AdapterReport, KernelResult, KernelsReport, Skipped};
 use std::collections::HashMap;

@@ -8,9 +8,9 @@ use super::{poisoned, prepare, read_guarded, Rng, Worst, U};
 use crate::cpu::act::QAct;
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// Reads the quantized `qx` / `qd` of `n_rows` rows of `cols` and demands exactly what the
 /// CPU's quantizer makes of `x` (the kernel's own f32 output).

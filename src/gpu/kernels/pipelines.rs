@@ -5,10 +5,10 @@
 use std::borrow::Cow;
 
 use crate::error::{Error, Result};
-use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::attention;
 use crate::gpu::kernels::{matvec_q8_rows_per_group, Pipeline, MATVEC_ROWS_PER_WORKGROUP};
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// The bind group 0 layout of a composed kernel, reflected from its WGSL with naga: each
 /// `var<storage>` as read-only or read-write as declared, the one `var<uniform>` with a dynamic
@@ -85,7 +85,7 @@ pub(crate) fn compile(ctx: &GpuContext, key: KernelKey, workgroup_size: u32) -> 
     // The KV cache types of the attention and kv_store variants.
     constants.extend(key.kv_constants());
     if matches!(key, KernelKey::Matmul { .. }) {
-        let (tm, tn) = crate::gpu::matmul::matmul_tile(workgroup_size);
+        let (tm, tn) = crate::gpu::kernels::matmul::matmul_tile(workgroup_size);
         constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);
     }
     ctx.scoped(&format!("compile {label}"), || {

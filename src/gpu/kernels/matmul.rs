@@ -5,7 +5,7 @@
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, Dispatch, GpuMatrix, Kernels, Launch};
-use crate::gpu::shaders::{KernelKey, MatmulParams, QK};
+use crate::gpu::registry::{KernelKey, MatmulParams, QK};
 
 /// Most weight rows per tile (`override TM`).
 pub const MATMUL_MAX_TILE_ROWS: u32 = 64;

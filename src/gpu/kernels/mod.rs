@@ -4,20 +4,26 @@
 //! [`Dispatch`] (bind group, uniform parameters, workgroup counts) and then only encoded, so
 //! nothing is created in a token loop.
 
+pub mod attention;
+pub mod matmul;
+pub mod moe;
+pub mod ops;
+pub mod pipelines;
+pub mod q8act;
+
 use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 
 use wgpu::util::DeviceExt;
 
 use crate::error::{Error, Result};
-use crate::gpu::attention;
 use crate::gpu::device::GpuContext;
-use crate::gpu::layouts::{AdapterFacts, RowBalance};
-use crate::gpu::pipelines::compile;
-pub use crate::gpu::pipelines::reflect_bindings;
+use crate::gpu::health::layouts::{AdapterFacts, RowBalance};
+use crate::gpu::kernels::pipelines::compile;
+pub use crate::gpu::kernels::pipelines::reflect_bindings;
+use crate::gpu::registry::{KernelKey, MatvecParams, RmsNormParams, WeightFormat, QK};
 use crate::gpu::repack::PackedMatrix;
-use crate::gpu::shaders::{KernelKey, MatvecParams, RmsNormParams, WeightFormat, QK};
-use crate::gpu::{selftest, variants};
+use crate::gpu::{health::selftest, health::variants};
 
 /// Workgroup size used for every kernel when the device allows it (`override WG`).
 pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;

@@ -8,9 +8,9 @@
 //! the dispatches of a pass that share a buffer).
 
 use crate::error::{Error, Result};
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{grid, to_u32, Kernels, Launch};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
-use crate::gpu::shaders::{AttentionParams, KernelKey, KvStoreParams, MAX_WORKGROUP_SIZE};
+use crate::gpu::registry::{AttentionParams, KernelKey, KvStoreParams, MAX_WORKGROUP_SIZE};
 use crate::kv_type::{KvType, KvTypes};
 
 /// Key positions per split workgroup: the `CHUNK` override of `attention_split.wgsl` and

@@ -1,7 +1,7 @@
 //! The kernel registry: every compute shader is named by a [`KernelKey`] and composed by
 //! concatenating plain WGSL fragments from `shaders/` (no templating, no preprocessor). Each
 //! fragment is ordinary WGSL; tunables are WGSL `override` constants set at pipeline creation.
-//! The uniform parameter structs the kernels take are in [`crate::gpu::params`].
+//! The uniform parameter structs the kernels take are in [`crate::gpu::registry::params`].
 //!
 //! Composition order: reduction (`shaders/reduce/*.wgsl`: `override WG`, `fn wg_sum`), then the
 //! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`; the
@@ -11,97 +11,99 @@
 //! fragment instead, which starts with `enable f16;` and therefore goes first (a directive must
 //! precede every declaration; WGSL declarations may come in any order).
 
+pub mod params;
+
 use kernels_ref::GgmlType;
 
 use crate::kv_type::{KvType, KvTypes};
 
-pub use crate::gpu::params::*;
+pub use crate::gpu::registry::params::*;
 
-const REDUCE_WORKGROUP: &str = include_str!("../../shaders/reduce/workgroup.wgsl");
-const REDUCE_SUBGROUP: &str = include_str!("../../shaders/reduce/subgroup.wgsl");
+const REDUCE_WORKGROUP: &str = include_str!("../../../shaders/reduce/workgroup.wgsl");
+const REDUCE_SUBGROUP: &str = include_str!("../../../shaders/reduce/subgroup.wgsl");
 // The formats with an integer path carry the shared `struct QChunk` (quant/chunk.wgsl) ahead of
 // their fragment, since their `dq_chunk` names it: every module that includes them stays valid.
 const QUANT_Q4_0: &str = concat!(
-    include_str!("../../shaders/quant/chunk.wgsl"),
+    include_str!("../../../shaders/quant/chunk.wgsl"),
     "\n",
-    include_str!("../../shaders/quant/q4_0.wgsl")
+    include_str!("../../../shaders/quant/q4_0.wgsl")
 );
 const QUANT_Q4_1: &str = concat!(
-    include_str!("../../shaders/quant/chunk.wgsl"),
+    include_str!("../../../shaders/quant/chunk.wgsl"),
     "\n",
-    include_str!("../../shaders/quant/q4_1.wgsl")
+    include_str!("../../../shaders/quant/q4_1.wgsl")
 );
 const QUANT_Q8_0: &str = concat!(
-    include_str!("../../shaders/quant/chunk.wgsl"),
+    include_str!("../../../shaders/quant/chunk.wgsl"),
     "\n",
-    include_str!("../../shaders/quant/q8_0.wgsl")
+    include_str!("../../../shaders/quant/q8_0.wgsl")
 );
 const QUANT_Q4_K: &str = concat!(
-    include_str!("../../shaders/quant/chunk.wgsl"),
+    include_str!("../../../shaders/quant/chunk.wgsl"),
     "\n",
-    include_str!("../../shaders/quant/q4_k.wgsl")
+    include_str!("../../../shaders/quant/q4_k.wgsl")
 );
 const QUANT_Q6_K: &str = concat!(
-    include_str!("../../shaders/quant/chunk.wgsl"),
+    include_str!("../../../shaders/quant/chunk.wgsl"),
     "\n",
-    include_str!("../../shaders/quant/q6_k.wgsl")
+    include_str!("../../../shaders/quant/q6_k.wgsl")
 );
-const QUANT_F16: &str = include_str!("../../shaders/quant/f16.wgsl");
-const QUANT_F32: &str = include_str!("../../shaders/quant/f32.wgsl");
-const QUANT_Q4_0_F16: &str = include_str!("../../shaders/quant/f16/q4_0.wgsl");
-const QUANT_Q4_1_F16: &str = include_str!("../../shaders/quant/f16/q4_1.wgsl");
-const QUANT_Q8_0_F16: &str = include_str!("../../shaders/quant/f16/q8_0.wgsl");
-const QUANT_F16_F16: &str = include_str!("../../shaders/quant/f16/f16.wgsl");
-const MATVEC: &str = include_str!("../../shaders/matvec.wgsl");
-const MATVEC_ROWS: &str = include_str!("../../shaders/matvec_rows.wgsl");
-const MATVEC_PARAMS: &str = include_str!("../../shaders/matvec_params.wgsl");
-const LOAD_X4: &str = include_str!("../../shaders/load_x4.wgsl");
-const MATMUL: &str = include_str!("../../shaders/matmul.wgsl");
-const MATVEC_Q8: &str = include_str!("../../shaders/matvec_q8.wgsl");
+const QUANT_F16: &str = include_str!("../../../shaders/quant/f16.wgsl");
+const QUANT_F32: &str = include_str!("../../../shaders/quant/f32.wgsl");
+const QUANT_Q4_0_F16: &str = include_str!("../../../shaders/quant/f16/q4_0.wgsl");
+const QUANT_Q4_1_F16: &str = include_str!("../../../shaders/quant/f16/q4_1.wgsl");
+const QUANT_Q8_0_F16: &str = include_str!("../../../shaders/quant/f16/q8_0.wgsl");
+const QUANT_F16_F16: &str = include_str!("../../../shaders/quant/f16/f16.wgsl");
+const MATVEC: &str = include_str!("../../../shaders/matvec.wgsl");
+const MATVEC_ROWS: &str = include_str!("../../../shaders/matvec_rows.wgsl");
+const MATVEC_PARAMS: &str = include_str!("../../../shaders/matvec_params.wgsl");
+const LOAD_X4: &str = include_str!("../../../shaders/load_x4.wgsl");
+const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
+const MATVEC_Q8: &str = include_str!("../../../shaders/matvec_q8.wgsl");
 // The subgroup variant of MATVEC_Q8: one subgroup per row (no reduce fragment).
-const MATVEC_Q8_SG: &str = include_str!("../../shaders/matvec_q8_sg.wgsl");
+const MATVEC_Q8_SG: &str = include_str!("../../../shaders/matvec_q8_sg.wgsl");
 // Head shared by the two row-layout integer kernels (parameters and activation bindings).
-const Q8_ACT: &str = include_str!("../../shaders/q8_act.wgsl");
-const Q8_PARAMS: &str = include_str!("../../shaders/q8_params.wgsl");
-const Q8_ROWS_HEADER: &str = include_str!("../../shaders/q8_rows/header.wgsl");
-const MATVEC_Q8_ROWS: &str = include_str!("../../shaders/matvec_q8_rows.wgsl");
-const MATMUL_Q8_ROWS: &str = include_str!("../../shaders/matmul_q8_rows.wgsl");
-const MATMUL_Q8_ROWS_SG: &str = include_str!("../../shaders/matmul_q8_rows_sg.wgsl");
-const Q8_ROWS_MATMUL_TILE: &str = include_str!("../../shaders/q8_rows/matmul_tile.wgsl");
-const QUANTIZE_ACT: &str = include_str!("../../shaders/quantize_act.wgsl");
-const QUANTIZE_CHUNK: &str = include_str!("../../shaders/quantize_chunk.wgsl");
-const RMSNORM_QUANT: &str = include_str!("../../shaders/rmsnorm_quant.wgsl");
-const SWIGLU_QUANT: &str = include_str!("../../shaders/swiglu_quant.wgsl");
-const Q8_OUT_STORE: &str = include_str!("../../shaders/matvec_q8_out/store.wgsl");
-const Q8_OUT_ADD: &str = include_str!("../../shaders/matvec_q8_out/add.wgsl");
-const Q8_OUT_SPLIT2: &str = include_str!("../../shaders/matvec_q8_out/split2.wgsl");
-const Q8_OUT_SPLIT3: &str = include_str!("../../shaders/matvec_q8_out/split3.wgsl");
-const RMSNORM: &str = include_str!("../../shaders/rmsnorm.wgsl");
-const ROPE: &str = include_str!("../../shaders/rope.wgsl");
-const SWIGLU: &str = include_str!("../../shaders/swiglu.wgsl");
-const ADD: &str = include_str!("../../shaders/add.wgsl");
-const ADD_BIAS: &str = include_str!("../../shaders/add_bias.wgsl");
-const SOFTMAX: &str = include_str!("../../shaders/softmax.wgsl");
-const ARGMAX: &str = include_str!("../../shaders/argmax.wgsl");
-const EMBEDDING: &str = include_str!("../../shaders/embedding.wgsl");
-const KV_STORE: &str = include_str!("../../shaders/kv_store.wgsl");
+const Q8_ACT: &str = include_str!("../../../shaders/q8_act.wgsl");
+const Q8_PARAMS: &str = include_str!("../../../shaders/q8_params.wgsl");
+const Q8_ROWS_HEADER: &str = include_str!("../../../shaders/q8_rows/header.wgsl");
+const MATVEC_Q8_ROWS: &str = include_str!("../../../shaders/matvec_q8_rows.wgsl");
+const MATMUL_Q8_ROWS: &str = include_str!("../../../shaders/matmul_q8_rows.wgsl");
+const MATMUL_Q8_ROWS_SG: &str = include_str!("../../../shaders/matmul_q8_rows_sg.wgsl");
+const Q8_ROWS_MATMUL_TILE: &str = include_str!("../../../shaders/q8_rows/matmul_tile.wgsl");
+const QUANTIZE_ACT: &str = include_str!("../../../shaders/quantize_act.wgsl");
+const QUANTIZE_CHUNK: &str = include_str!("../../../shaders/quantize_chunk.wgsl");
+const RMSNORM_QUANT: &str = include_str!("../../../shaders/rmsnorm_quant.wgsl");
+const SWIGLU_QUANT: &str = include_str!("../../../shaders/swiglu_quant.wgsl");
+const Q8_OUT_STORE: &str = include_str!("../../../shaders/matvec_q8_out/store.wgsl");
+const Q8_OUT_ADD: &str = include_str!("../../../shaders/matvec_q8_out/add.wgsl");
+const Q8_OUT_SPLIT2: &str = include_str!("../../../shaders/matvec_q8_out/split2.wgsl");
+const Q8_OUT_SPLIT3: &str = include_str!("../../../shaders/matvec_q8_out/split3.wgsl");
+const RMSNORM: &str = include_str!("../../../shaders/rmsnorm.wgsl");
+const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
+const SWIGLU: &str = include_str!("../../../shaders/swiglu.wgsl");
+const ADD: &str = include_str!("../../../shaders/add.wgsl");
+const ADD_BIAS: &str = include_str!("../../../shaders/add_bias.wgsl");
+const SOFTMAX: &str = include_str!("../../../shaders/softmax.wgsl");
+const ARGMAX: &str = include_str!("../../../shaders/argmax.wgsl");
+const EMBEDDING: &str = include_str!("../../../shaders/embedding.wgsl");
+const KV_STORE: &str = include_str!("../../../shaders/kv_store.wgsl");
 // Head of every attention kernel: `struct AttentionParams` (the twin of params.rs's) and the
 // shared constants.
-const ATTENTION_PARAMS: &str = include_str!("../../shaders/attention/params.wgsl");
+const ATTENTION_PARAMS: &str = include_str!("../../../shaders/attention/params.wgsl");
 // Bindings of the attention kernels that read the query and the caches (composed after
 // ATTENTION_PARAMS, before KV_READ).
-const ATTENTION_QKV: &str = include_str!("../../shaders/attention/qkv.wgsl");
-const KV_READ: &str = include_str!("../../shaders/kv/read.wgsl");
-const ATTENTION_SPLIT: &str = include_str!("../../shaders/attention_split.wgsl");
-const ATTENTION_COMBINE: &str = include_str!("../../shaders/attention_combine.wgsl");
-const ATTENTION_PREFILL: &str = include_str!("../../shaders/attention_prefill.wgsl");
-const ATTENTION_PREFILL_LANES: &str = include_str!("../../shaders/attention_prefill_lanes.wgsl");
-const BANDWIDTH: &str = include_str!("../../shaders/bandwidth.wgsl");
-const MOE_ROUTE: &str = include_str!("../../shaders/moe_route.wgsl");
-const EXPERTS_HEADER: &str = include_str!("../../shaders/experts/header.wgsl");
-const MATVEC_EXPERTS: &str = include_str!("../../shaders/matvec_experts.wgsl");
-const EXPERTS_Q8: &str = include_str!("../../shaders/experts_q8.wgsl");
-const MOE_COMBINE: &str = include_str!("../../shaders/moe_combine.wgsl");
+const ATTENTION_QKV: &str = include_str!("../../../shaders/attention/qkv.wgsl");
+const KV_READ: &str = include_str!("../../../shaders/kv/read.wgsl");
+const ATTENTION_SPLIT: &str = include_str!("../../../shaders/attention_split.wgsl");
+const ATTENTION_COMBINE: &str = include_str!("../../../shaders/attention_combine.wgsl");
+const ATTENTION_PREFILL: &str = include_str!("../../../shaders/attention_prefill.wgsl");
+const ATTENTION_PREFILL_LANES: &str = include_str!("../../../shaders/attention_prefill_lanes.wgsl");
+const BANDWIDTH: &str = include_str!("../../../shaders/bandwidth.wgsl");
+const MOE_ROUTE: &str = include_str!("../../../shaders/moe_route.wgsl");
+const EXPERTS_HEADER: &str = include_str!("../../../shaders/experts/header.wgsl");
+const MATVEC_EXPERTS: &str = include_str!("../../../shaders/matvec_experts.wgsl");
+const EXPERTS_Q8: &str = include_str!("../../../shaders/experts_q8.wgsl");
+const MOE_COMBINE: &str = include_str!("../../../shaders/moe_combine.wgsl");
 
 /// Largest workgroup size the reduction fragments' workgroup arrays hold (`MAX_WG` in WGSL).
 pub const MAX_WORKGROUP_SIZE: u32 = 256;

@@ -16,7 +16,7 @@
 
 use crate::error::{Error, Result};
 use crate::gpu::device::AdapterInfoRow;
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// One entry: every given condition must hold for the variant to be disabled.
 #[derive(Debug, Clone, PartialEq, Eq)]

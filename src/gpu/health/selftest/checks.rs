@@ -8,10 +8,10 @@ use kernels_ref::RefError;
 use super::{poisoned, prepare, read_guarded, run_read, Rng, Worst, U};
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::ops::{rope_freqs, RopeConfig};
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::ops::{rope_freqs, RopeConfig};
+use crate::gpu::registry::{KernelKey, WeightFormat};
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
 
 pub(crate) fn oracle<T>(r: std::result::Result<T, RefError>) -> Result<T> {
     r.map_err(|e| Error::Gpu(format!("kernels-ref: {e}")))

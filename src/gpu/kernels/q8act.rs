@@ -10,11 +10,11 @@
 //!   all 32) per chunk.
 
 use crate::error::{Error, Result};
+use crate::gpu::health::variants;
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch};
-use crate::gpu::shaders::{
+use crate::gpu::registry::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
-use crate::gpu::variants;
 
 /// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
 pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
@@ -375,7 +375,7 @@ impl Kernels {
         let params = ElementwiseParams {
             n: n_u,
             groups_x: groups.0,
-            act: crate::gpu::shaders::act_code(act),
+            act: crate::gpu::registry::act_code(act),
             scale: 1.0,
         };
         let bufs = [(0, gate), (1, up), (3, qx), (4, qd)];

@@ -4,7 +4,7 @@ use super::{poisoned, prepare, run_read, small_grid, Rng, Worst, U};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// Cases (vec4s, workgroups, small grid): a count that is not a multiple of the invocations
 /// (the last stride is partial), one where some invocations read nothing, and one on a small

@@ -1,22 +1,26 @@
 //! Safe GPU start-up: on the first use of an adapter the selftest checks the kernel variants
 //! a model needs, and the result is kept on disk per adapter, driver and kernel sources so
 //! later loads skip it. A variant that fails (or is known bad on the driver, see
-//! [`known_bad`](crate::gpu::known_bad)) is replaced by its next usable fallback
-//! ([`crate::gpu::variants`]); an operation with no usable variant keeps the stages that need
+//! [`known_bad`](crate::gpu::health::known_bad)) is replaced by its next usable fallback
+//! ([`crate::gpu::health::variants`]); an operation with no usable variant keeps the stages that need
 //! it on the CPU.
 //!
 //! Nothing here runs when the library is loaded: only a model load with a GPU device does.
+
+pub mod known_bad;
+pub mod layouts;
+pub mod selftest;
+pub mod startup;
+pub mod variants;
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::gpu::device::{AdapterInfoRow, GpuContext};
-use crate::gpu::known_bad::{self, KnownBad};
-use crate::gpu::layouts::AdapterFacts;
-use crate::gpu::selftest;
-use crate::gpu::shaders::KernelKey;
-use crate::gpu::variants;
+use crate::gpu::health::known_bad::KnownBad;
+use crate::gpu::health::layouts::AdapterFacts;
+use crate::gpu::registry::KernelKey;
 
 /// Version of the record file's layout (a different one is re-tested, never misread).
 const RECORD_FORMAT: u32 = 1;
@@ -377,7 +381,7 @@ mod tests {
 
     #[test]
     fn the_fingerprint_changes_with_the_driver() {
-        let info = crate::gpu::known_bad::tests::info();
+        let info = crate::gpu::health::known_bad::tests::info();
         let mut other = info.clone();
         other.driver_info.push_str(" patched");
         assert_eq!(fingerprint(&info), fingerprint(&info));

@@ -10,11 +10,11 @@ use crate::cpu::act::QAct;
 use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::moe::ExpertsInput;
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::moe::ExpertsInput;
-use crate::gpu::q8act::{qd_vec4s, qx_words};
+use crate::gpu::registry::{KernelKey, WeightFormat};
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
 
 pub(super) fn moe_route(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result<Worst> {
     let mut worst = Worst::new();

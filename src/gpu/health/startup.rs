@@ -8,11 +8,11 @@ use crate::config::Config;
 use crate::error::Result;
 use crate::gguf::Gguf;
 use crate::gpu::device::GpuContext;
+use crate::gpu::health::layouts::AdapterFacts;
 use crate::gpu::health::{self, Health, HealthOptions};
-use crate::gpu::layouts::AdapterFacts;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
+use crate::gpu::registry::{KernelKey, WeightFormat};
 use crate::gpu::weights::gpu_weight_format;
-use crate::gpu::{variants, KernelOptions};
+use crate::gpu::{health::variants, KernelOptions};
 use crate::ground::{Device, Placement};
 use crate::kv_type::KvTypes;
 
@@ -191,7 +191,7 @@ pub fn check_model(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gpu::shaders::MatvecOut;
+    use crate::gpu::registry::MatvecOut;
 
     #[test]
     fn an_unavailable_format_moves_only_its_stages() {

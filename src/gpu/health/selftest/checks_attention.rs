@@ -10,13 +10,13 @@
 use super::checks_fused::check_quantized;
 use super::{poisoned, prepare, read_guarded, small_grid, Rng, Worst, U};
 use crate::error::Result;
-use crate::gpu::attention::{
+use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::attention::{
     split_scratch_len, AttentionConfig, AttentionPath, ATTENTION_CHUNK, SPLIT_MAX_TOKENS,
 };
-use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{self, Dispatch, Kernels};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 use crate::kv_type::{KvType, KvTypes};
 
 /// `src` (whole blocks) in `ty`'s layout as kernels-ref writes it, followed by `spare_values`
@@ -25,7 +25,8 @@ use crate::kv_type::{KvType, KvTypes};
 pub(crate) fn cache_words(ty: KvType, src: &[f32], spare_values: usize) -> Result<Vec<f32>> {
     let mut b = vec![0u8; ty.bytes(src.len())];
     ty.quantize_into(src, &mut b)?;
-    let total = crate::gpu::attention::kv_cache_bytes(ty, src.len() + spare_values) as usize;
+    let total =
+        crate::gpu::kernels::attention::kv_cache_bytes(ty, src.len() + spare_values) as usize;
     b.resize(total, 0xff);
     Ok(words(&b))
 }

@@ -6,10 +6,10 @@ use super::checks::{matrix_cases, oracle, weights};
 use super::{poisoned, prepare, run_read, small_grid, Rng, Worst, U};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::matmul::matmul_tile;
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::matmul::matmul_tile;
+use crate::gpu::registry::{KernelKey, WeightFormat};
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::{KernelKey, WeightFormat};
 
 pub(super) fn matmul(
     ctx: &GpuContext,

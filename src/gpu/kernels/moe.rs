@@ -10,9 +10,9 @@
 //! - expert outputs `[n * k, rows]` f32, a token's k rows together.
 
 use crate::error::{Error, Result};
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words};
 use crate::gpu::kernels::{grid, to_u32, GpuMatrix, Kernels, Launch};
-use crate::gpu::q8act::{qd_vec4s, qx_words};
-use crate::gpu::shaders::{KernelKey, MatvecExpertsParams, MoeCombineParams, MoeRouteParams, QK};
+use crate::gpu::registry::{KernelKey, MatvecExpertsParams, MoeCombineParams, MoeRouteParams, QK};
 
 /// Pairs of one expert that `shaders/experts_q8.wgsl` multiplies per decoded weight chunk.
 pub const EXPERTS_TILE: u32 = 8;
@@ -29,9 +29,9 @@ pub enum ExpertsInput<'a> {
     },
 }
 
-/// [`crate::gpu::ops`]'s length check, with the element count as these launches count it.
+/// [`crate::gpu::kernels::ops`]'s length check, with the element count as these launches count it.
 fn check_len(what: &str, buf: &wgpu::Buffer, n: usize) -> Result<()> {
-    crate::gpu::ops::check_len(what, buf, n as u64)
+    crate::gpu::kernels::ops::check_len(what, buf, n as u64)
 }
 
 impl Kernels {

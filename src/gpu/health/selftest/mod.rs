@@ -22,9 +22,9 @@ use std::fmt::Write;
 
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
+use crate::gpu::health::layouts::AdapterFacts;
 use crate::gpu::kernels::{self, Dispatch, KernelOptions, Kernels, Launch};
-use crate::gpu::layouts::AdapterFacts;
-use crate::gpu::shaders::KernelKey;
+use crate::gpu::registry::KernelKey;
 
 /// f32 unit roundoff (round to nearest).
 pub(crate) const U: f64 = 1.0 / (1u64 << 24) as f64;

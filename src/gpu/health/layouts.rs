@@ -6,7 +6,7 @@
 
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{KernelOptions, DEFAULT_WORKGROUP_SIZE};
-use crate::gpu::shaders::{KernelKey, MAX_WORKGROUP_SIZE, MIN_SUBGROUP_BROADCAST};
+use crate::gpu::registry::{KernelKey, MAX_WORKGROUP_SIZE, MIN_SUBGROUP_BROADCAST};
 
 /// What an adapter offers that decides the layouts (synthetic in unit tests).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -232,7 +232,7 @@ mod tests {
 
     #[test]
     fn only_cpu_like_adapters_with_wide_subgroups_get_the_lanes_attention() {
-        let pairs = crate::gpu::shaders::kv_type_pairs().count();
+        let pairs = crate::gpu::registry::kv_type_pairs().count();
         assert_eq!(lanes_keys(LAVAPIPE, true), pairs);
         assert!(LAVAPIPE.attention_lanes(true) && LAVAPIPE.matvec_rows());
         // The same adapter's workgroup-memory set never chooses it.

@@ -5,7 +5,7 @@
 //! a [`crate::gpu::Kernels`] set can compile a fallback under the preferred key and nothing
 //! that plans launches has to know.
 
-use crate::gpu::shaders::{KernelKey, WeightFormat};
+use crate::gpu::registry::{KernelKey, WeightFormat};
 
 /// `key` with workgroup-memory reductions (itself when it has no reduction choice).
 pub fn without_subgroup(key: KernelKey) -> KernelKey {

@@ -8,10 +8,10 @@ use crate::cpu::act::QAct;
 use crate::cpu::{MatmulScratch, WeightView};
 use crate::error::Result;
 use crate::gpu::device::GpuContext;
+use crate::gpu::kernels::q8act::{qd_vec4s, qx_words, Q8Target};
 use crate::gpu::kernels::{self, Kernels};
-use crate::gpu::q8act::{qd_vec4s, qx_words, Q8Target};
+use crate::gpu::registry::{KernelKey, MatvecOut, WeightFormat};
 use crate::gpu::repack::repack;
-use crate::gpu::shaders::{KernelKey, MatvecOut, WeightFormat};
 
 /// `n_tokens` rows of `cols` seeded activations with outliers; the first chunk all zeros (the
 /// d = 0 case).

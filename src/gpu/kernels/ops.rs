@@ -6,7 +6,7 @@ use crate::config::FfnAct;
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, upload_f32, Dispatch, GpuMatrix, Kernels, Launch};
-use crate::gpu::shaders::{
+use crate::gpu::registry::{
     act_code, BiasParams, ElementwiseParams, EmbeddingParams, KernelKey, RopeParams, RowParams,
     ACT_SILU, ADD_SCALED, QK, SCALE,
 };
