@@ -158,6 +158,13 @@ impl Session {
 
     /// Generates after token ids appended to the context.
     pub fn prompt_tokens(&mut self, ids: &[u32]) -> Result<TokenStream<'_>> {
+        let g = self.generator(ids)?;
+        Ok(TokenStream::new(g, ids.to_vec()))
+    }
+
+    /// A generation after `ids` with this session's sampler, limits, drafter and cancel
+    /// handle (cleared: a cancel stops the generation running when it is called).
+    fn generator(&mut self, ids: &[u32]) -> Result<Generator<'_>> {
         self.cancel.0.store(false, Ordering::Relaxed);
         let mut g = Generator::new(
             &mut self.ctx,
@@ -170,7 +177,7 @@ impl Session {
         if let Some(s) = self.spec.as_mut() {
             g.set_speculator(s);
         }
-        Ok(TokenStream::new(g, ids.to_vec()))
+        Ok(g)
     }
 
     /// The callback form of [`Session::prompt`]: `on_text` gets each piece of text as it is
@@ -227,18 +234,7 @@ impl Session {
         prompt: &[u32],
         mut on_text: impl FnMut(&str) -> bool,
     ) -> Result<Generation> {
-        self.cancel.0.store(false, Ordering::Relaxed);
-        let mut g = Generator::new(
-            &mut self.ctx,
-            &mut self.sampler,
-            prompt,
-            self.max_tokens,
-            self.n_probs,
-        )?;
-        g.set_cancel(self.cancel.0.clone());
-        if let Some(s) = self.spec.as_mut() {
-            g.set_speculator(s);
-        }
+        let mut g = self.generator(prompt)?;
         loop {
             match g.step()? {
                 Step::Prefill { .. } => {}
