@@ -10,6 +10,7 @@ mod gpu_support;
 
 use gpu_support::{context, random_weights, Rng, U};
 use memwall::config::FfnAct;
+use memwall::gpu::health::selftest::rope_tolerance;
 use memwall::gpu::kernels::ops::RopeConfig;
 use memwall::gpu::kernels::{self, Kernels};
 use memwall::gpu::{repack, GpuContext, WeightFormat};
@@ -113,42 +114,12 @@ fn rope_matches_kernels_ref() {
                 };
                 kernels_ref::rope(tok, n_heads, head_dim, pos0 + t, &r);
             }
-            // Tolerance for element j of pair (a, b) at angle theta = pos * f_i: the shader's
-            // f_i is the f32 rounding of the exact frequency (relative error u) and pos * f_i
-            // rounds once more, so the angle is off by <= 2u * theta; the Cody-Waite
-            // reduction adds <= 4u * (pi + 1) (its k * TAU_HI is exact), and we allow the
-            // driver's sin/cos 2^-21 absolute on [-pi, pi] (a few ulp of 1; the measured
-            // figure is printed). A rotation whose angle is off by d moves the output by
-            // <= d * |(a, b)| <= d * (|a| + |b|); four more roundings of the products/sums
-            // cost 4u * (|a| + |b|). So the tolerance grows linearly with the position.
-            let tol = |j: usize| {
-                let head = j / head_dim * head_dim;
-                let d = j % head_dim;
-                if d >= n_rot {
-                    return f64::MIN_POSITIVE; // untouched dims must be bit-exact
-                }
-                let half = n_rot / 2;
-                let (i, ia, ib) = if neox {
-                    let i = d % half;
-                    (i, head + i, head + i + half)
-                } else {
-                    (d / 2, head + d / 2 * 2, head + d / 2 * 2 + 1)
-                };
-                let t = j / (n_heads * head_dim);
-                let f = f64::from(scale) * f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
-                let theta = (pos0 + t) as f64 * f;
-                let ab = f64::from(x[ia]).abs() + f64::from(x[ib]).abs();
-                let angle = 2.0 * U * theta
-                    + 4.0 * U * (std::f64::consts::PI + 1.0)
-                    + 1.0 / (1u64 << 21) as f64;
-                // mscale multiplies the error and adds one rounding of cos and sin.
-                (angle + 5.0 * U) * ab * f64::from(mscale) + f64::MIN_POSITIVE
-            };
+            let tol = rope_tolerance(&x, n_heads, &cfg, pos0);
             for k in &ks {
                 let xb = kernels::upload_f32(&ctx, "x", &poisoned(&x)).unwrap();
                 let d = k.rope(&ctx, &xb, &cfg, n_tokens, pos0).unwrap();
                 let got = run_in_place(&ctx, &xb, &d, n);
-                let (at, ratio, max_err) = worst(&got, &want, tol);
+                let (at, ratio, max_err) = worst(&got, &want, &tol);
                 eprintln!(
                     "rope [{n_tokens}x{n_heads}x{head_dim}] n_rot={n_rot} pos0={pos0} neox={neox} \
                      {}: max err {max_err:.3e}, max err/tol {ratio:.3e}",

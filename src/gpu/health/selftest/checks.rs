@@ -401,37 +401,50 @@ pub(super) fn rope(ctx: &GpuContext, ks: &mut Kernels, key: KernelKey) -> Result
                 let r = kernels_ref::Rotation::new(n_rot, base, neox).scaled(scale);
                 kernels_ref::rope(tok, h, head_dim, pos0 + t, &r);
             }
-            // For an element of pair (a, b) at angle theta = pos * f_i: the f32 frequency is
-            // off by u relative and pos * f_i rounds once more (2u theta); the Cody-Waite
-            // reduction adds <= 4u (pi + 1); sin/cos may be 2^-21 off on [-pi, pi]. An angle
-            // off by e moves the output by <= e (|a| + |b|), and four roundings of products
-            // and sums add 4u (|a| + |b|). Unrotated dims must be exact.
-            let tol = |j: usize| {
-                let head = j / head_dim * head_dim;
-                let dim = j % head_dim;
-                if dim >= n_rot {
-                    return 0.0;
-                }
-                let half = n_rot / 2;
-                let (i, ia, ib) = if neox {
-                    (dim % half, head + dim % half, head + dim % half + half)
-                } else {
-                    (dim / 2, head + dim / 2 * 2, head + dim / 2 * 2 + 1)
-                };
-                let t = j / (h * head_dim);
-                let f = f64::from(scale) * f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
-                let theta = (pos0 + t) as f64 * f;
-                let ab = f64::from(x[ia]).abs() + f64::from(x[ib]).abs();
-                let angle = 2.0 * U * theta
-                    + 4.0 * U * (std::f64::consts::PI + 1.0)
-                    + 1.0 / f64::from(1u32 << 21);
-                (angle + 4.0 * U) * ab + f64::MIN_POSITIVE
-            };
+            let tol = rope_tolerance(x, h, &cfg, pos0);
             let got = read_guarded(ctx, b, x.len(), &mut worst)?;
             worst.add_all(&got, &want, tol);
         }
     }
     Ok(worst)
+}
+
+/// The tolerance of element j of RoPE's output for input `x`: [n_tokens, n_heads, head_dim]
+/// rotated from position `pos0` under `cfg` (the selftest and tests/gpu_ops.rs check with it).
+/// For pair (a, b) at angle theta = pos * f_i: the f32 frequency is off by u relative and
+/// pos * f_i rounds once more (2u theta); the Cody-Waite reduction adds <= 4u (pi + 1) (its
+/// k * TAU_HI is exact); the driver's sin/cos may be 2^-21 off on [-pi, pi]. An angle off by e
+/// moves the output by <= e (|a| + |b|), four roundings of products and sums add 4u (|a| + |b|),
+/// and `mscale` multiplies the error and adds one rounding of cos and sin. Unrotated dims must
+/// be exact.
+pub fn rope_tolerance<'a>(
+    x: &'a [f32],
+    n_heads: usize,
+    cfg: &RopeConfig,
+    pos0: usize,
+) -> impl Fn(usize) -> f64 + 'a {
+    let (head_dim, n_rot, neox) = (cfg.head_dim, cfg.n_rot, cfg.neox);
+    let (base, scale, mscale) = (cfg.freq_base, cfg.freq_scale, cfg.mscale);
+    move |j: usize| {
+        let head = j / head_dim * head_dim;
+        let dim = j % head_dim;
+        if dim >= n_rot {
+            return f64::MIN_POSITIVE;
+        }
+        let half = n_rot / 2;
+        let (i, ia, ib) = if neox {
+            (dim % half, head + dim % half, head + dim % half + half)
+        } else {
+            (dim / 2, head + dim / 2 * 2, head + dim / 2 * 2 + 1)
+        };
+        let t = j / (n_heads * head_dim);
+        let f = f64::from(scale) * f64::from(base).powf(-2.0 * i as f64 / n_rot as f64);
+        let theta = (pos0 + t) as f64 * f;
+        let ab = f64::from(x[ia]).abs() + f64::from(x[ib]).abs();
+        let angle =
+            2.0 * U * theta + 4.0 * U * (std::f64::consts::PI + 1.0) + 1.0 / f64::from(1u32 << 21);
+        (angle + 5.0 * U) * ab * f64::from(mscale) + f64::MIN_POSITIVE
+    }
 }
 
 /// Sizes of the element-wise checks; the last runs on a small grid.

@@ -10,6 +10,7 @@
 //! launch whose key is not the one under test) and feeds each result to a [`Worst`].
 
 pub(crate) mod checks;
+pub use checks::rope_tolerance;
 mod checks_attention;
 mod checks_fused;
 mod checks_moe;
