@@ -111,6 +111,55 @@ pub struct Speculator {
     drafter: Drafter,
     params: DraftParams,
     stats: SpecStats,
+    pace: Pace,
+}
+
+/// How long the next proposal may be, from what the model kept of the last ones. A pass over
+/// 1 + k tokens costs more than a plain one wherever the model's matmuls are not bound by
+/// reading the weights (small batches on a CPU: 7 tokens cost about 5 single passes on a 1.5B
+/// model), so drafts the model throws away are not free. After a fully kept draft the next may
+/// be twice as long (up to `DraftParams::max`); after a rejection, one longer than what was
+/// kept; when even one drafted token is rejected, drafting pauses for a number of tokens that
+/// doubles with each such failure in a row (up to `MAX_PAUSE`), then tries one token again.
+/// Only the cost changes: what is kept is decided by the acceptance rule alone.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Pace {
+    /// Most tokens the next proposal may hold.
+    cap: usize,
+    /// Plain decoding steps left before the next proposal.
+    pause: usize,
+    /// The pause after the next one-token draft that is rejected.
+    backoff: usize,
+}
+
+/// The longest pause of drafting, in decoded tokens.
+const MAX_PAUSE: usize = 64;
+
+impl Pace {
+    fn new(max: usize) -> Pace {
+        Pace {
+            cap: max,
+            pause: 0,
+            backoff: 1,
+        }
+    }
+
+    /// The model kept `accepted` of `drafted` (> 0) tokens; drafts hold `min..=max` tokens
+    /// (a shorter proposal is not verified).
+    fn record(&mut self, drafted: usize, accepted: usize, min: usize, max: usize) {
+        let min = min.max(1);
+        if accepted == drafted {
+            self.cap = (2 * self.cap).clamp(min, max);
+        } else {
+            self.cap = (accepted + 1).clamp(min, max);
+        }
+        if accepted > 0 {
+            self.backoff = 1;
+        } else if drafted <= min {
+            self.pause = self.backoff;
+            self.backoff = (2 * self.backoff).min(MAX_PAUSE);
+        }
+    }
 }
 
 impl Speculator {
@@ -186,6 +235,7 @@ impl Speculator {
             drafter,
             params,
             stats: SpecStats::default(),
+            pace: Pace::new(params.max),
         })
     }
 
@@ -206,6 +256,9 @@ impl Speculator {
         self.stats.passes += 1;
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
+        if drafted > 0 {
+            self.pace.record(drafted, accepted, self.params.min, self.params.max);
+        }
     }
 
     /// Up to `max` tokens to follow `history` (the model's context and the token about to be
@@ -217,11 +270,15 @@ impl Speculator {
         max: usize,
         greedy: bool,
     ) -> Result<Proposal> {
-        let max = max.min(self.params.max);
         let mut p = Proposal {
             tokens: Vec::new(),
             q: Vec::new(),
         };
+        if self.pace.pause > 0 {
+            self.pace.pause -= 1;
+            return Ok(p);
+        }
+        let max = max.min(self.params.max).min(self.pace.cap);
         if max == 0 {
             return Ok(p);
         }
@@ -401,6 +458,54 @@ mod tests {
         // The continuation stops at the end of the history.
         assert_eq!(lookup(&[5, 6, 5], 1, 2, 4), [6, 5]);
         assert_eq!(lookup(&[5], 1, 2, 4), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn the_draft_length_follows_what_the_model_keeps() {
+        let mut p = Pace::new(8);
+        // A partly kept draft: the next may hold one more than was kept.
+        p.record(8, 2, 0, 8);
+        assert_eq!((p.cap, p.pause), (3, 0));
+        // Fully kept: twice as long, up to the maximum.
+        p.record(3, 3, 0, 8);
+        assert_eq!(p.cap, 6);
+        p.record(6, 6, 0, 8);
+        assert_eq!(p.cap, 8);
+        // Nothing kept: one token; a rejected single token pauses drafting 1, 2, 4 ... tokens.
+        p.record(8, 0, 0, 8);
+        assert_eq!((p.cap, p.pause), (1, 0));
+        for want in [1, 2, 4, 8, 16, 32, 64, 64] {
+            p.record(1, 0, 0, 8);
+            assert_eq!((p.cap, p.pause), (1, want));
+            p.pause = 0;
+        }
+        // A kept token ends the back-off.
+        p.record(1, 1, 0, 8);
+        assert_eq!((p.cap, p.backoff), (2, 1));
+        // The cap never falls below the shortest draft worth verifying.
+        let mut p = Pace::new(8);
+        p.record(8, 0, 3, 8);
+        assert_eq!((p.cap, p.pause), (3, 0));
+        p.record(3, 0, 3, 8);
+        assert_eq!((p.cap, p.pause), (3, 1));
+    }
+
+    #[test]
+    fn a_paused_speculator_proposes_nothing_until_the_pause_ends() {
+        let params = DraftParams {
+            max: 4,
+            min: 0,
+            p_min: 0.0,
+        };
+        let mut s = Speculator::lookup(1, 2, params).unwrap();
+        let h = [1, 2, 3, 1, 2];
+        assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3, 1, 2]);
+        s.record(3, 0);
+        assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3]);
+        s.record(1, 0);
+        // Paused for one token, then one token again.
+        assert!(s.propose(&h, 8, true).unwrap().tokens.is_empty());
+        assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3]);
     }
 
     #[test]
