@@ -257,7 +257,8 @@ impl Speculator {
         self.stats.drafted += drafted;
         self.stats.accepted += accepted;
         if drafted > 0 {
-            self.pace.record(drafted, accepted, self.params.min, self.params.max);
+            self.pace
+                .record(drafted, accepted, self.params.min, self.params.max);
         }
     }
 
