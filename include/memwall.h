@@ -105,6 +105,12 @@ memwall_config memwall_config_default(void);
 /* Loads a GGUF model file. Returns NULL on error. `config` NULL = defaults. */
 memwall_model *memwall_model_load(const char *path, const memwall_config *config);
 
+/* memwall_model_load, the model sharing the memory budget with `other` (NULL = none), a model
+ * loaded first, typically the draft model of speculative decoding: this model's plan counts
+ * what `other` planned to hold and gets the rest of the budget. Load the draft first. */
+memwall_model *memwall_model_load_sharing(const char *path, const memwall_config *config,
+                                          const memwall_model *other);
+
 /* Frees a model (NULL is ignored). Free its sessions first. */
 void memwall_model_free(memwall_model *model);
 

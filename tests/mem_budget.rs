@@ -191,6 +191,77 @@ fn a_streamed_run_stays_within_its_budget_and_reports_its_reads() {
     assert_eq!(j["generated_ids"], resident["generated_ids"]);
 }
 
+/// The test model requantized to Q4_0 (once per process): a draft of the same vocabulary.
+fn q4_0_draft() -> std::path::PathBuf {
+    let dir = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("mem-budget-tests");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join(format!("draft-q4_0-{}.gguf", std::process::id()));
+    common::kv::write_once(&path, |tmp| {
+        memwall::tools::bench::requant::requantize(
+            &common::model_path(),
+            tmp,
+            memwall::GgmlType::Q4_0,
+        )
+        .unwrap();
+    });
+    path
+}
+
+/// A draft model and the model share one budget: the draft loads first and the model's plan
+/// counts what the draft planned to hold, so blocks of the model stream that would fit the
+/// budget alone; the process's peak stays within it, and the greedy ids are the resident
+/// model's.
+#[test]
+fn a_draft_model_shares_the_budget() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let draft = q4_0_draft();
+    let draft = draft.to_str().unwrap();
+    let probe = json_of(&memwall(&["--mem-budget", "64G", "-p", "Hi", "-n", "1"]));
+    let min = probe["memory"]["minimum_bytes"].as_u64().unwrap();
+    let all = probe["memory"]["resident_bytes"].as_u64().unwrap();
+    // What the draft alone plans to hold (its own run's plan, its KV cache for -c 256).
+    let out = Command::new(env!("CARGO_BIN_EXE_memwall"))
+        .args(["run", "-m", draft, "-d", "cpu", "-c", "256", "--json"])
+        .args(["--mem-budget", "64G", "-p", "Hi", "-n", "1"])
+        .output()
+        .unwrap();
+    let draft_planned = json_of(&out)["memory"]["planned_bytes"].as_u64().unwrap();
+    // Enough for the model alone with every block resident; with the draft, about a third.
+    let budget = draft_planned + min + all / 3;
+    assert!(budget > min + all, "{budget} {min} {all}");
+    let prompt = "fn add(a: i32, b: i32) -> i32 {\n    a + b\n}\n\nfn sub(a: i32, b: i32) -> i32 {";
+    let args = [
+        "-p",
+        prompt,
+        "-n",
+        "24",
+        "--draft-model",
+        draft,
+        "--draft-max",
+        "6",
+    ];
+    let out = memwall(&[&["--mem-budget", &budget.to_string()][..], &args].concat());
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let j = json_of(&out);
+    let m = &j["memory"];
+    assert_eq!(m["budget_bytes"].as_u64(), Some(budget));
+    let planned = m["planned_bytes"].as_u64().unwrap();
+    assert!(
+        planned >= draft_planned && planned <= budget,
+        "the model's plan {planned} does not hold the draft's {draft_planned} within {budget}: {m}"
+    );
+    assert!(m["streamed_blocks"].as_u64().unwrap() > 0, "{m}");
+    let peak = m["peak_bytes"].as_u64().unwrap();
+    assert!(peak <= budget, "peak {peak} over the budget {budget}: {m}");
+    assert!(j["speculative"]["drafted"].as_u64().unwrap() > 0, "{j}");
+    let resident = json_of(&memwall(&["-p", prompt, "-n", "24"]));
+    assert_eq!(j["generated_ids"], resident["generated_ids"]);
+}
+
 #[test]
 fn a_budget_below_the_minimum_is_refused_with_the_minimum() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());

@@ -137,6 +137,22 @@ pub unsafe extern "C" fn memwall_model_load(
     path: *const c_char,
     config: *const memwall_config,
 ) -> *mut memwall_model {
+    // SAFETY: the function's contract; no model to share with.
+    unsafe { memwall_model_load_sharing(path, config, std::ptr::null()) }
+}
+
+/// `memwall_model_load`, the model sharing the memory budget with `other` (NULL: none), a
+/// model loaded first in this process, typically the draft model of speculative decoding:
+/// this model's plan counts what `other` planned to hold and gets the rest of the budget.
+///
+/// # Safety
+/// As `memwall_model_load`; `other` is NULL or a live model.
+#[no_mangle]
+pub unsafe extern "C" fn memwall_model_load_sharing(
+    path: *const c_char,
+    config: *const memwall_config,
+    other: *const memwall_model,
+) -> *mut memwall_model {
     guard(
         |_| std::ptr::null_mut(),
         || {
@@ -147,6 +163,10 @@ pub unsafe extern "C" fn memwall_model_load(
                 None => memwall_config_default(),
             };
             let mut cfg = api::ModelConfig::new(path).n_ctx(c.n_ctx as usize);
+            // SAFETY: NULL or a live model, by the contract.
+            if let Some(o) = unsafe { other.as_ref() } {
+                cfg = cfg.share_budget_with(&o.model);
+            }
             if !c.device.is_null() {
                 // SAFETY: non-NULL, NUL-terminated by the contract.
                 let d = unsafe { c_str(c.device, "config.device") }?;

@@ -255,6 +255,29 @@ fn speculative_decoding_gives_plain_greedy_text() {
                 "{passes} {drafted} {accepted}"
             );
         }
+        // A model loaded to share the budget with the draft (here the same file) drafts with
+        // it as before; a budget the two cannot share is refused, named.
+        let mut shared_cfg = cfg;
+        shared_cfg.mem_budget = 64 << 30;
+        let t = memwall_model_load_sharing(path.as_ptr(), &shared_cfg, m);
+        assert!(!t.is_null(), "{}", last_error());
+        let s = memwall_session_new(t, &cfg);
+        assert_eq!(memwall_session_set_draft_model(s, m, 5, 1, 0.3), 0);
+        let mut text = String::new();
+        let r = memwall_generate(
+            s,
+            prompt.as_ptr(),
+            24,
+            Some(collect),
+            (&mut text as *mut String).cast(),
+        );
+        assert_eq!(r, STOP_LIMIT, "{}", last_error());
+        assert_eq!(text, plain);
+        memwall_session_free(s);
+        memwall_model_free(t);
+        shared_cfg.mem_budget = 1 << 20;
+        assert!(memwall_model_load_sharing(path.as_ptr(), &shared_cfg, m).is_null());
+        assert!(last_error().contains("memory budget"), "{}", last_error());
         // A bad n-gram range is an invalid argument, named.
         let s = memwall_session_new(m, &cfg);
         assert_eq!(memwall_session_set_draft_lookup(s, 3, 2, 5), -1);

@@ -94,6 +94,15 @@ impl ModelConfig {
         self
     }
 
+    /// This model shares the memory budget with `other`, loaded first in this process (a
+    /// draft model for speculative decoding): the plan counts what `other` planned to hold
+    /// and gets the rest, so the two together stay within one budget. Load the model that
+    /// must stay resident (the small draft) first.
+    pub fn share_budget_with(mut self, other: &Model) -> Self {
+        self.opts.mem_held = self.opts.mem_held.max(other.planned_bytes().unwrap_or(0));
+        self
+    }
+
     /// The context of sessions, in tokens (0: the model's, capped at 4096); the GPU budget is
     /// planned for it.
     pub fn n_ctx(mut self, n_ctx: usize) -> Self {

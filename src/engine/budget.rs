@@ -201,6 +201,7 @@ fn costs(
     kv: KvTypes,
     batch: usize,
     pack: bool,
+    held: u64,
 ) -> Result<(Costs, Vec<BlockSpan>)> {
     use WeightId::*;
     let kv_dim = cfg.kv_dim();
@@ -219,8 +220,11 @@ fn costs(
         })
         .sum();
     // What the process holds already (binary, threads, tokenizer, metadata pages): counted
-    // as measured rather than estimated.
-    let runtime = crate::memory::limit::resident_now().unwrap_or(64 << 20);
+    // as measured rather than estimated; at least what another model sharing the budget
+    // planned to hold (its KV cache and weights are not all resident yet).
+    let runtime = crate::memory::limit::resident_now()
+        .unwrap_or(64 << 20)
+        .max(held);
     let host = (batch * cfg.n_embd * 4) as u64;
     let kv = cfg.n_layer as u64 * per_layer_kv;
     let fixed = runtime + kv + crate::plan::cpu_scratch_bytes(cfg, batch) + host + vecs;
@@ -278,12 +282,12 @@ pub(super) fn decide(
         opts.n_ctx
     };
     let plan_for = |batch: usize| -> Result<(Residency, Vec<BlockSpan>)> {
-        let (c, spans) = costs(g, cfg, n_ctx, kv, batch, pack)?;
+        let (c, spans) = costs(g, cfg, n_ctx, kv, batch, pack, opts.mem_held)?;
         Ok((crate::memory::plan(&c, budget, COMPUTE_PER_READ)?, spans))
     };
     if cfg.moe.is_some() {
         // A mixture of experts that does not fit holds experts, not blocks.
-        let (c, spans) = costs(g, cfg, n_ctx, kv, super::PREFILL_BATCH, pack)?;
+        let (c, spans) = costs(g, cfg, n_ctx, kv, super::PREFILL_BATCH, pack, opts.mem_held)?;
         let all = c.fixed + c.head + c.resident.iter().sum::<u64>();
         if all > budget {
             let (residency, experts, layout) = plan_experts(g, cfg, &c, budget, pack)?;

@@ -116,6 +116,10 @@ pub struct LoadOptions {
     /// How streamed reads keep out of the page cache (`None`: `O_DIRECT` where the file
     /// system takes it, else drop-behind).
     pub stream_io: Option<crate::memory::IoMode>,
+    /// Bytes of the budget another model of this process holds (a draft model loaded first,
+    /// [`Model::planned_bytes`]): its plan counted what the process held before it, so this
+    /// plan counts the larger of this and what the process holds now, and gets the rest.
+    pub mem_held: u64,
 }
 
 /// The cache types a model loaded with `opts` uses: the chosen ones, f16 by default (on the
@@ -372,6 +376,13 @@ impl Model {
     /// blocks, the stream ring (`None` with a GPU, or where no limit could be read).
     pub fn memory(&self) -> Option<&MemoryReport> {
         self.0.memory.as_ref()
+    }
+
+    /// The memory this model's plan holds at most (what the process held before the load,
+    /// the KV cache, scratch, resident weights, stream slots), when it was planned against a
+    /// budget: what a second model sharing the budget passes as [`LoadOptions::mem_held`].
+    pub fn planned_bytes(&self) -> Option<u64> {
+        self.memory().map(|m| m.residency.planned_bytes)
     }
 
     /// The memory budget the load was given (`LoadOptions::mem_budget`), if any.

@@ -138,7 +138,9 @@ fn unified_options(
         .map(|s| s.len)
         .max()
         .unwrap_or(0);
-    let held = crate::memory::limit::resident_now().unwrap_or(0);
+    let held = crate::memory::limit::resident_now()
+        .unwrap_or(0)
+        .max(opts.mem_held);
     let host = held + 2 * slot + GPU_HOST_OVERHEAD;
     let gpu = budget
         .checked_sub(host)

@@ -304,6 +304,16 @@ fn main() -> ExitCode {
 /// Loads the model for a run with a context of `n_ctx` tokens (0: the model's default; the
 /// GPU budget is planned for it).
 fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Model> {
+    load_sharing(args, n_ctx, quiet, None)
+}
+
+/// `load`, sharing the memory budget with `shares_with` (a draft model loaded first).
+fn load_sharing(
+    args: &ModelArgs,
+    n_ctx: usize,
+    quiet: bool,
+    shares_with: Option<&api::Model>,
+) -> memwall::Result<api::Model> {
     let path = args.path();
     let (mem_budget, stream_io) = args.budget.parse()?;
     let opts = LoadOptions {
@@ -324,6 +334,7 @@ fn load(args: &ModelArgs, n_ctx: usize, quiet: bool) -> memwall::Result<api::Mod
         n_ctx,
         cache_type_k: args.cache.k,
         cache_type_v: args.cache.v,
+        mem_held: shares_with.and_then(api::Model::planned_bytes).unwrap_or(0),
         ..Default::default()
     };
     let show = !quiet && std::io::stderr().is_terminal();
@@ -525,7 +536,20 @@ fn memory_json(
 }
 
 fn run(a: RunArgs) -> memwall::Result<ExitCode> {
-    let model = load(&a.model, a.ctx, a.json)?;
+    // A draft model loads first: it stays resident, and the model's plan gets what the
+    // draft leaves of the one memory budget.
+    let draft_model = match &a.draft_model {
+        Some(path) => {
+            let args = ModelArgs {
+                model: Some(path.clone()),
+                device: a.draft_device.clone(),
+                ..a.model.clone()
+            };
+            Some(load(&args, a.ctx, true)?)
+        }
+        None => None,
+    };
+    let model = load_sharing(&a.model, a.ctx, a.json, draft_model.as_ref())?;
     let seed = a.seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -559,14 +583,8 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
         min: a.draft_min,
         p_min: a.draft_p_min,
     };
-    if let Some(path) = &a.draft_model {
-        let args = ModelArgs {
-            model: Some(path.clone()),
-            device: a.draft_device.clone(),
-            ..a.model.clone()
-        };
-        let d = load(&args, session.n_ctx(), true)?;
-        session.set_draft_model(&d, draft)?;
+    if let Some(d) = &draft_model {
+        session.set_draft_model(d, draft)?;
     } else if a.draft_lookup {
         session.set_draft_lookup(2, 4, draft)?;
     }
