@@ -190,6 +190,56 @@ fn bench_cpu_smoke() {
     std::fs::remove_dir_all(path.parent().unwrap()).ok();
 }
 
+/// `--draft-lookup` and `--draft-model` (the model itself, drafting whatever its top
+/// probability): the drafted greedy runs give the plain runs' ids, and the report's counters
+/// agree with each other.
+#[test]
+fn bench_measures_speculative_decoding() {
+    let path = tiny_model("spec");
+    let p = path.to_str().unwrap();
+    for drafter in [
+        &["--draft-lookup"][..],
+        &["--draft-model", p, "--draft-p-min", "0"],
+    ] {
+        let mut extra = vec!["--no-probe", "--json", "--draft-max", "4"];
+        extra.extend_from_slice(drafter);
+        let o = memwall(&bench_args(p, "4", "12", "2", "cpu", &extra));
+        assert!(
+            o.status.success(),
+            "{drafter:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let r: Value = serde_json::from_slice(&o.stdout).unwrap();
+        let sp = &r["configs"][0]["speculative"];
+        let want = if drafter[0] == "--draft-lookup" {
+            "lookup".to_string()
+        } else {
+            format!("model:{p}")
+        };
+        assert_eq!(sp["drafter"].as_str(), Some(want.as_str()), "{sp}");
+        assert_eq!(sp["same_ids"].as_bool(), Some(true), "{drafter:?}: {sp}");
+        assert_eq!(int(sp, "draft_max"), 4);
+        assert!(
+            int(sp, "prompt_tokens") > 0 && int(sp, "tokens") > 0,
+            "{sp}"
+        );
+        let plain = check_stat(sp, "plain_tps", 2);
+        let drafted = check_stat(sp, "draft_tps", 2);
+        assert!((num(sp, "speedup") - drafted / plain).abs() <= 1e-9 * drafted / plain);
+        let (passes, d, a) = (int(sp, "passes"), int(sp, "drafted"), int(sp, "accepted"));
+        assert!(a <= d && d <= 4 * passes, "{sp}");
+        if passes > 0 {
+            let tpp = (a + passes) as f64 / passes as f64;
+            assert!((num(sp, "tokens_per_pass") - tpp).abs() < 1e-9, "{sp}");
+        }
+        if drafter[0] == "--draft-model" {
+            // The model drafting for itself: every draft is its own greedy choice.
+            assert!(passes > 0 && a == d, "{sp}");
+        }
+    }
+    std::fs::remove_dir_all(path.parent().unwrap()).ok();
+}
+
 #[test]
 fn bench_gpu_smoke() {
     let path = tiny_model("gpu");

@@ -323,17 +323,26 @@ fn draft_sampler(sampling: SamplerParams) -> Result<Sampler> {
 }
 
 /// Prompt lookup: the tokens that followed the latest earlier occurrence of the history's last
-/// n tokens, for the longest n in `n_min..=n_max` that occurs; at most `max` of them.
+/// n tokens, for the longest n in `n_min..=n_max` that occurs; at most `max` of them. Where
+/// that continuation reaches the end of the history, the text is taken to go on repeating
+/// with the period the match implies (the occurrence at s stands p = len - n - s tokens
+/// before the tail), so a repeated line or token proposes `max` tokens, not just the ones
+/// the history still holds.
 fn lookup(history: &[u32], n_min: usize, n_max: usize, max: usize) -> Vec<u32> {
     let len = history.len();
     for n in (n_min..=n_max.min(len.saturating_sub(1))).rev() {
         let tail = &history[len - n..];
-        // Occurrences starting at s < len - n, latest first; the continuation is what
-        // followed, up to the end of the history.
+        // Occurrences starting at s < len - n, latest first.
         if let Some(s) = (0..len - n).rev().find(|&s| &history[s..s + n] == tail) {
-            let from = s + n;
-            let to = (from + max).min(len);
-            return history[from..to].to_vec();
+            let p = len - n - s;
+            // Token len + i is predicted as token len + i - p (its own prediction when that
+            // is past the history too).
+            let mut out: Vec<u32> = Vec::with_capacity(max);
+            for i in 0..max {
+                let j = len + i - p;
+                out.push(if j < len { history[j] } else { out[j - len] });
+            }
+            return out;
         }
     }
     Vec::new()
@@ -456,8 +465,10 @@ mod tests {
         assert_eq!(lookup(&h, 1, 3, 3), [4, 5, 7]);
         // The 3-gram "7 2 3" never occurred before; "2 3" did.
         assert_eq!(lookup(&h, 3, 3, 3), Vec::<u32>::new());
-        // The continuation stops at the end of the history.
-        assert_eq!(lookup(&[5, 6, 5], 1, 2, 4), [6, 5]);
+        // Past the end of the history the continuation repeats with the match's period.
+        assert_eq!(lookup(&[5, 6, 5], 1, 2, 4), [6, 5, 6, 5]);
+        assert_eq!(lookup(&[7, 7, 7], 1, 2, 3), [7, 7, 7]);
+        assert_eq!(lookup(&[1, 2, 3, 1, 2], 2, 2, 5), [3, 1, 2, 3, 1]);
         assert_eq!(lookup(&[5], 1, 2, 4), Vec::<u32>::new());
     }
 
@@ -500,8 +511,8 @@ mod tests {
         };
         let mut s = Speculator::lookup(1, 2, params).unwrap();
         let h = [1, 2, 3, 1, 2];
-        assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3, 1, 2]);
-        s.record(3, 0);
+        assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3, 1, 2, 3]);
+        s.record(4, 0);
         assert_eq!(s.propose(&h, 8, true).unwrap().tokens, [3]);
         s.record(1, 0);
         // Paused for one token, then one token again.

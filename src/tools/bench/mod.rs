@@ -49,15 +49,26 @@
 //!                  "read_s_per_token": float, "wait_s_per_token": float,
 //!                  "compute_s_per_token": float, "misses_per_token": float,
 //!                  "read_ahead_per_token": float, "read_ahead_used": float,
-//!                  "held": int, "held_bytes": int, "capacity_bytes": int } | null
+//!                  "held": int, "held_bytes": int, "capacity_bytes": int } | null,
 //!                                    // an expert cache, over the timed decode runs
+//!     "speculative": Spec | null     // with --draft-model or --draft-lookup
 //!   } ]
 //! }
 //! Stat  = { "mean": float, "sd": float, "median": float, "min": float, "max": float,
 //!           "samples": [float] }          // sd: sample standard deviation (0 for one sample)
 //! Probe = { "device": str, "read_gbs": float, "triad_gbs": float | null, "bytes": int,
 //!           "runs": int, "threads": int | null, "method": str }
+//! Spec  = { "drafter": str, "draft_max": int, "prompt_tokens": int, "tokens": int,
+//!           "plain_tps": Stat, "draft_tps": Stat, "speedup": float, "passes": int,
+//!           "drafted": int, "accepted": int, "acceptance": float, "tokens_per_pass": float,
+//!           "same_ids": bool, "draft_planned_bytes": int | null,
+//!           "plain_read_bytes_per_token": float | null,
+//!           "draft_read_bytes_per_token": float | null }
 //! ```
+//!
+//! With a drafter, each configuration also runs greedy generations of `n_gen` tokens after a
+//! text prompt, `reps` plain and `reps` with drafts ([`speculative`]); a draft model loads
+//! before the model and shares its memory budget.
 //!
 //! `memwall bench --bandwidth --json` prints `{"schema": "memwall.bench/1", "probes": [Probe]}`.
 //! GB/s are 1e9 bytes per second. `peak_rss_bytes` is the process's VmHWM, reset at the start of
@@ -73,6 +84,7 @@ pub mod plot;
 pub mod report;
 pub mod requant;
 pub mod results;
+pub mod speculative;
 pub mod synth;
 pub mod upcycle;
 
@@ -84,9 +96,10 @@ use crate::engine::{DeviceChoice, LoadOptions, Model, Session};
 use crate::error::{Error, Result};
 use bandwidth::ProbeResult;
 pub use results::{
-    BenchReport, BytesPerToken, ConfigResult, ExpertResult, Memory, ModelSummary, SpeedRatio, Stat,
-    StorageResult,
+    BenchReport, BytesPerToken, ConfigResult, ExpertResult, Memory, ModelSummary, SpecResult,
+    SpeedRatio, Stat, StorageResult,
 };
+pub use speculative::{BenchDraft, DraftSource};
 
 /// The `schema` field of the JSON output.
 pub const SCHEMA: &str = "memwall.bench/1";
@@ -121,6 +134,9 @@ pub struct BenchOptions {
     pub mem_budget: Option<u64>,
     /// `--stream-io` (see `LoadOptions::stream_io`).
     pub stream_io: Option<crate::memory::IoMode>,
+    /// Speculative decoding measured beside plain decoding (`--draft-model`,
+    /// `--draft-lookup`).
+    pub draft: Option<BenchDraft>,
 }
 
 impl Default for BenchOptions {
@@ -140,6 +156,7 @@ impl Default for BenchOptions {
             seed: 0x006d_656d_7761_6c6c,
             mem_budget: None,
             stream_io: None,
+            draft: None,
         }
     }
 }
@@ -308,7 +325,7 @@ fn run_config(
         }
         None => None,
     };
-    let opts = LoadOptions {
+    let mut opts = LoadOptions {
         threads: o.threads,
         device: choice.clone(),
         f32_activations: o.f32_activations,
@@ -320,12 +337,23 @@ fn run_config(
             resident,
             ..Default::default()
         },
-        // The plan (GPU budget, CPU residency) is for the context the runs use.
-        n_ctx: o.n_prompt + o.n_gen,
+        // The plan (GPU budget, CPU residency) is for the context the runs use (the drafted
+        // runs' text prompt has at most a token per byte, and a BOS).
+        n_ctx: o.n_gen
+            + o.draft
+                .as_ref()
+                .map_or(o.n_prompt, |d| o.n_prompt.max(d.prompt.len() + 2)),
         mem_budget: o.mem_budget,
         stream_io: o.stream_io,
         ..Default::default()
     };
+    // A draft model loads first (not counted in the model's load time) and keeps its share
+    // of the budget.
+    let draft = match &o.draft {
+        Some(d) => speculative::load_draft(d, &opts)?,
+        None => None,
+    };
+    opts.mem_held = draft.as_ref().and_then(Model::planned_bytes).unwrap_or(0);
     let t0 = Instant::now();
     let model = Arc::new(Model::load(path, &opts)?);
     let load_ms = t0.elapsed().as_secs_f64() * 1e3;
@@ -456,7 +484,18 @@ fn run_config(
     let device_name = s.backend_name();
     let streamed = s.gpu_backend().and_then(|b| b.stream_stats()).is_some();
     let placement = s.exec().placement().decode.compact();
+    // The plan holds one session's KV cache: the drafted runs' session comes after this one.
     drop(s);
+    let spec = match &o.draft {
+        Some(d) => Some(speculative::measure(
+            &model,
+            d,
+            draft.as_ref(),
+            o.n_gen,
+            o.reps,
+        )?),
+        None => None,
+    };
     let threads = gpu.is_none().then(|| engine_threads(o.threads));
     let probe = if !o.probe {
         None
@@ -506,6 +545,7 @@ fn run_config(
         fraction_of_probe,
         storage,
         experts,
+        speculative: spec,
         vs_cpu: None,
     };
     Ok((result, summary))

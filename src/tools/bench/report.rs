@@ -162,6 +162,42 @@ pub fn table(r: &BenchReport) -> String {
                 st.peak_source.unwrap_or("-"),
             );
         }
+        if let Some(sp) = &c.speculative {
+            let reads = sp
+                .plain_read_bytes_per_token
+                .zip(sp.draft_read_bytes_per_token)
+                .map_or(String::new(), |(p, d)| {
+                    format!(
+                        "; {} -> {} MiB read per token",
+                        mib(p as u64),
+                        mib(d as u64)
+                    )
+                });
+            let _ = writeln!(
+                s,
+                "  speculative ({}, up to {} per pass; {} tokens after a {}-token text prompt): \
+                 plain {:.2} ± {:.2} t/s, with drafts {:.2} ± {:.2} t/s ({:.2}x); {} of {} \
+                 drafts kept ({:.0}%), {:.2} tokens per pass{reads}; {}",
+                sp.drafter,
+                sp.draft_max,
+                sp.tokens,
+                sp.prompt_tokens,
+                sp.plain_tps.mean,
+                sp.plain_tps.sd,
+                sp.draft_tps.mean,
+                sp.draft_tps.sd,
+                sp.speedup,
+                sp.accepted,
+                sp.drafted,
+                100.0 * sp.acceptance,
+                sp.tokens_per_pass,
+                if sp.same_ids {
+                    "the plain run's ids"
+                } else {
+                    "IDS DIFFER from the plain run's"
+                }
+            );
+        }
         if let (Some(v), false) = (c.vs_cpu, c.device == "cpu") {
             let _ = writeln!(
                 s,

@@ -142,6 +142,36 @@ pub struct ExpertResult {
     pub capacity_bytes: u64,
 }
 
+/// Greedy generations after a text prompt, plain and with drafts (`--draft-model`,
+/// `--draft-lookup`; [`super::speculative`]).
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SpecResult {
+    /// `model:<path>` or `lookup`.
+    pub drafter: String,
+    pub draft_max: usize,
+    pub prompt_tokens: usize,
+    /// Tokens each run generated (fewer than `-n` when the model ended the text).
+    pub tokens: usize,
+    pub plain_tps: Stat,
+    pub draft_tps: Stat,
+    /// Mean drafted tokens/s over mean plain tokens/s.
+    pub speedup: f64,
+    /// Over the timed drafted runs: verification passes, drafted and kept tokens, kept per
+    /// drafted, tokens per verification pass (its kept drafts plus its own token).
+    pub passes: usize,
+    pub drafted: usize,
+    pub accepted: usize,
+    pub acceptance: f64,
+    pub tokens_per_pass: f64,
+    /// Every drafted run gave the plain run's ids (greedy decoding must).
+    pub same_ids: bool,
+    /// What the draft model's plan holds of the memory budget (a draft model under a budget).
+    pub draft_planned_bytes: Option<u64>,
+    /// Bytes read from storage per generated token, plain and drafted (when blocks stream).
+    pub plain_read_bytes_per_token: Option<f64>,
+    pub draft_read_bytes_per_token: Option<f64>,
+}
+
 /// One configuration's results.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct ConfigResult {
@@ -165,6 +195,8 @@ pub struct ConfigResult {
     pub storage: Option<StorageResult>,
     /// The expert cache, when the model holds its experts in one.
     pub experts: Option<ExpertResult>,
+    /// Plain and drafted greedy runs, with `--draft-model` or `--draft-lookup`.
+    pub speculative: Option<SpecResult>,
     /// This configuration's speed over memwall's own all-CPU path (`-d cpu`) in the same run,
     /// when the run has one: how much the GPU (or a split) gains on this machine.
     pub vs_cpu: Option<SpeedRatio>,
