@@ -117,11 +117,12 @@ fn plan_experts(
             budget,
             minimum: need,
             detail: format!(
-                "{} of KV cache, {} of runtime and scratch, {} of output head, {} of the blocks' \
-                 dense parts (attention, router), {} for the {} experts a token uses in a block \
-                 and as many read ahead for the next",
+                "{} of KV cache, {} of runtime and scratch{}, {} of output head, {} of the \
+                 blocks' dense parts (attention, router), {} for the {} experts a token uses in \
+                 a block and as many read ahead for the next",
                 f(c.kv),
                 f(c.fixed.saturating_sub(c.kv)),
+                crate::memory::residency::shared_note(c),
                 f(c.head),
                 f(dense),
                 f(working),
@@ -222,9 +223,8 @@ fn costs(
     // What the process holds already (binary, threads, tokenizer, metadata pages): counted
     // as measured rather than estimated; at least what another model sharing the budget
     // planned to hold (its KV cache and weights are not all resident yet).
-    let runtime = crate::memory::limit::resident_now()
-        .unwrap_or(64 << 20)
-        .max(held);
+    let now = crate::memory::limit::resident_now().unwrap_or(64 << 20);
+    let runtime = now.max(held);
     let host = (batch * cfg.n_embd * 4) as u64;
     let kv = cfg.n_layer as u64 * per_layer_kv;
     let fixed = runtime + kv + crate::plan::cpu_scratch_bytes(cfg, batch) + host + vecs;
@@ -247,6 +247,7 @@ fn costs(
         Costs {
             fixed,
             kv,
+            shared: if held > now { held } else { 0 },
             head,
             resident,
             read,

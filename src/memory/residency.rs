@@ -17,6 +17,9 @@ pub struct Costs {
     pub fixed: u64,
     /// The KV cache's part of `fixed` (named in a refusal: a smaller context needs less).
     pub kv: u64,
+    /// The part of `fixed` another model sharing the budget holds (a draft model; named in a
+    /// refusal).
+    pub shared: u64,
     /// The output head held resident (packed or mapped).
     pub head: u64,
     /// Block `l` held resident (its packed size where it is packed, else its file bytes).
@@ -92,6 +95,18 @@ pub fn ring_depth(resident: &[bool], compute_per_read: f64) -> usize {
 /// Chooses the resident blocks for `budget`. Everything resident when it fits (no ring).
 /// Otherwise blocks in spread order while they fit beside the ring; a budget below
 /// [`Residency::minimum`] is refused with the minimum in the message.
+/// " (of which N held by a model sharing the budget)" where another model holds part of it.
+pub fn shared_note(c: &Costs) -> String {
+    if c.shared == 0 {
+        String::new()
+    } else {
+        format!(
+            " (of which {} held by a model sharing the budget, e.g. the draft model)",
+            crate::ground::format_size(c.shared)
+        )
+    }
+}
+
 pub fn plan(c: &Costs, budget: u64, compute_per_read: f64) -> Result<Residency> {
     let n = c.resident.len();
     let all: u64 = c.fixed + c.head + c.resident.iter().sum::<u64>();
@@ -102,10 +117,11 @@ pub fn plan(c: &Costs, budget: u64, compute_per_read: f64) -> Result<Residency> 
             budget,
             minimum,
             detail: format!(
-                "{} of KV cache, {} of runtime and scratch, {} of output head, 2 stream slots \
+                "{} of KV cache, {} of runtime and scratch{}, {} of output head, 2 stream slots \
                  of {}; a smaller context or a quantized KV cache needs less",
                 crate::ground::format_size(c.kv),
                 crate::ground::format_size(c.fixed.saturating_sub(c.kv)),
+                shared_note(c),
                 crate::ground::format_size(c.head),
                 crate::ground::format_size(slot)
             ),
@@ -174,6 +190,7 @@ mod tests {
         Costs {
             fixed: 100,
             kv: 40,
+            shared: 0,
             head: 50,
             resident: vec![10; n],
             read: vec![12; n],

@@ -80,6 +80,7 @@ fn cpu_stream(m: &MemoryModel, budget: u64) -> Result<crate::memory::Residency, 
     let costs = crate::memory::Costs {
         fixed: RUNTIME_ESTIMATE + m.kv_total() + m.cpu_scratch_bytes,
         kv: m.kv_total(),
+        shared: 0,
         head: pick(m.cpu_packed_head_bytes, head_file),
         resident: (0..n)
             .map(|l| pick(m.cpu_packed_layer_bytes[l], m.layer_weight_bytes[l]))

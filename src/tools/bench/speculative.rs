@@ -61,19 +61,27 @@ fn reads(s: &Session) -> Option<(u64, f64)> {
     s.exec().stream_stats().map(|r| (r.bytes_read, r.wait_s))
 }
 
-/// One greedy generation of at most `n_gen` tokens after `ids` from an empty context:
-/// (decode tokens/s, generated ids, speculation's counters, bytes read from storage).
-fn generate(
-    s: &mut Session,
-    ids: &[u32],
-    n_gen: usize,
-) -> Result<(f64, Vec<u32>, Option<crate::engine::SpecStats>, Option<u64>)> {
+/// One timed generation.
+struct Run {
+    tps: f64,
+    ids: Vec<u32>,
+    spec: Option<crate::engine::SpecStats>,
+    /// Bytes read from storage, when blocks stream.
+    read: Option<u64>,
+}
+
+/// One greedy generation of at most `n_gen` tokens after `ids` from an empty context.
+fn generate(s: &mut Session, ids: &[u32], n_gen: usize) -> Result<Run> {
     s.reset();
     s.set_max_tokens(n_gen);
     let before = reads(s);
     let g = s.generate(ids, |_| true)?;
-    let read = reads(s).zip(before).map(|(b, a)| b.0 - a.0);
-    Ok((g.timings.decode_tps, g.generated_ids, g.speculative, read))
+    Ok(Run {
+        tps: g.timings.decode_tps,
+        read: reads(s).zip(before).map(|(b, a)| b.0 - a.0),
+        ids: g.generated_ids,
+        spec: g.speculative,
+    })
 }
 
 /// Plain and drafted greedy runs of `n_gen` tokens after `d.prompt` on `model`, `reps` of
@@ -97,11 +105,11 @@ pub(super) fn measure(
     let (mut plain_tokens, mut draft_tokens) = (0usize, 0usize);
     let mut want = Vec::new();
     for _ in 0..reps {
-        let (tps, out, _, read) = generate(&mut s, &ids, n_gen)?;
-        plain_tps.push(tps);
-        plain_tokens += out.len();
-        plain_read = read.map(|r| r + plain_read.unwrap_or(0));
-        want = out;
+        let r = generate(&mut s, &ids, n_gen)?;
+        plain_tps.push(r.tps);
+        plain_tokens += r.ids.len();
+        plain_read = r.read.map(|b| b + plain_read.unwrap_or(0));
+        want = r.ids;
     }
     let set_drafter = |s: &mut Session| match (&d.source, draft) {
         (DraftSource::Model { .. }, Some(m)) => s.set_draft_model(m, d.params),
@@ -118,12 +126,12 @@ pub(super) fn measure(
     for _ in 0..reps {
         // A new drafter each run: its own cache and pace start empty, as in a first run.
         set_drafter(&mut s)?;
-        let (tps, out, spec, read) = generate(&mut s, &ids, n_gen)?;
-        draft_tps.push(tps);
-        draft_tokens += out.len();
-        draft_read = read.map(|r| r + draft_read.unwrap_or(0));
-        same_ids &= out == want;
-        if let Some(sp) = spec {
+        let r = generate(&mut s, &ids, n_gen)?;
+        draft_tps.push(r.tps);
+        draft_tokens += r.ids.len();
+        draft_read = r.read.map(|b| b + draft_read.unwrap_or(0));
+        same_ids &= r.ids == want;
+        if let Some(sp) = r.spec {
             stats.passes += sp.passes;
             stats.drafted += sp.drafted;
             stats.accepted += sp.accepted;
