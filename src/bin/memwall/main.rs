@@ -99,6 +99,44 @@ impl BudgetArgs {
     }
 }
 
+/// Speculative decoding's drafter and draft sizes (`run`, `bench`).
+#[derive(Args, Clone)]
+struct DraftArgs {
+    /// Speculative decoding with a draft model of the same vocabulary (a smaller model of the
+    /// family): it proposes up to --draft-max tokens and each pass of the model verifies them
+    /// at once. Greedy output is plain decoding's; sampled output has its distribution. It
+    /// loads first and shares the memory budget.
+    #[arg(long = "draft-model", value_name = "FILE")]
+    draft_model: Option<PathBuf>,
+    /// Where the draft model runs (as --device).
+    #[arg(long = "draft-device", default_value = "cpu")]
+    draft_device: String,
+    /// Speculative decoding by prompt lookup: the latest earlier occurrence of the context's
+    /// last 4, 3 or 2 tokens proposes what followed it (code, edits, quoting).
+    #[arg(long = "draft-lookup", conflicts_with = "draft_model")]
+    draft_lookup: bool,
+    /// Most tokens drafted per pass.
+    #[arg(long = "draft-max", default_value_t = 16)]
+    draft_max: usize,
+    /// Fewer drafted tokens than this decode plainly.
+    #[arg(long = "draft-min", default_value_t = 0)]
+    draft_min: usize,
+    /// The draft model stops proposing when its top token's probability is below this.
+    #[arg(long = "draft-p-min", default_value_t = 0.75)]
+    draft_p_min: f64,
+}
+
+impl DraftArgs {
+    /// The draft sizes and stop rule.
+    fn params(&self) -> DraftParams {
+        DraftParams {
+            max: self.draft_max,
+            min: self.draft_min,
+            p_min: self.draft_p_min,
+        }
+    }
+}
+
 /// KV cache element types, for keys and values separately.
 #[derive(Args, Clone)]
 struct CacheTypeArgs {
@@ -265,27 +303,8 @@ struct RunArgs {
     /// the prompt's KV state there (for another model or KV types, the file is refused).
     #[arg(long = "prompt-cache", value_name = "FILE")]
     prompt_cache: Option<PathBuf>,
-    /// Speculative decoding with a draft model of the same vocabulary (a smaller model of the
-    /// family): it proposes up to --draft-max tokens and each pass of the model verifies them
-    /// at once. Greedy output is plain decoding's; sampled output has its distribution.
-    #[arg(long = "draft-model", value_name = "FILE")]
-    draft_model: Option<PathBuf>,
-    /// Where the draft model runs (as --device).
-    #[arg(long = "draft-device", default_value = "cpu")]
-    draft_device: String,
-    /// Speculative decoding by prompt lookup: the latest earlier occurrence of the context's
-    /// last 4, 3 or 2 tokens proposes what followed it (code, edits, quoting).
-    #[arg(long = "draft-lookup", conflicts_with = "draft_model")]
-    draft_lookup: bool,
-    /// Most tokens drafted per pass.
-    #[arg(long = "draft-max", default_value_t = 16)]
-    draft_max: usize,
-    /// Fewer drafted tokens than this decode plainly.
-    #[arg(long = "draft-min", default_value_t = 0)]
-    draft_min: usize,
-    /// The draft model stops proposing when its top token's probability is below this.
-    #[arg(long = "draft-p-min", default_value_t = 0.75)]
-    draft_p_min: f64,
+    #[command(flatten)]
+    draft: DraftArgs,
 }
 
 fn main() -> ExitCode {
@@ -538,11 +557,11 @@ fn memory_json(
 fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     // A draft model loads first: it stays resident, and the model's plan gets what the
     // draft leaves of the one memory budget.
-    let draft_model = match &a.draft_model {
+    let draft_model = match &a.draft.draft_model {
         Some(path) => {
             let args = ModelArgs {
                 model: Some(path.clone()),
-                device: a.draft_device.clone(),
+                device: a.draft.draft_device.clone(),
                 ..a.model.clone()
             };
             Some(load(&args, a.ctx, true)?)
@@ -578,14 +597,10 @@ fn run(a: RunArgs) -> memwall::Result<ExitCode> {
     }
     session.set_ctx_overflow(CtxOverflow::parse(&a.ctx_overflow)?);
     session.set_keep(a.keep);
-    let draft = DraftParams {
-        max: a.draft_max,
-        min: a.draft_min,
-        p_min: a.draft_p_min,
-    };
+    let draft = a.draft.params();
     if let Some(d) = &draft_model {
         session.set_draft_model(d, draft)?;
-    } else if a.draft_lookup {
+    } else if a.draft.draft_lookup {
         session.set_draft_lookup(2, 4, draft)?;
     }
     let json = a.json;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use super::{BudgetArgs, CacheTypeArgs};
+use super::{BudgetArgs, CacheTypeArgs, DraftArgs};
 
 #[derive(Args)]
 pub(crate) struct BenchArgs {
@@ -51,26 +51,9 @@ pub(crate) struct BenchArgs {
     probe_mib: Option<u64>,
     #[command(flatten)]
     budget: BudgetArgs,
-    /// Also measure speculative decoding with this draft model (same vocabulary): greedy
-    /// runs after --draft-prompt, plain and drafted. It loads first and shares the memory
-    /// budget.
-    #[arg(long = "draft-model", value_name = "FILE")]
-    draft_model: Option<PathBuf>,
-    /// Where the draft model runs (as --device).
-    #[arg(long = "draft-device", default_value = "cpu")]
-    draft_device: String,
-    /// Also measure speculative decoding by prompt lookup (n-grams of the context).
-    #[arg(long = "draft-lookup", conflicts_with = "draft_model")]
-    draft_lookup: bool,
-    /// Most tokens drafted per pass.
-    #[arg(long = "draft-max", default_value_t = 16)]
-    draft_max: usize,
-    /// Fewer drafted tokens than this decode plainly.
-    #[arg(long = "draft-min", default_value_t = 0)]
-    draft_min: usize,
-    /// The draft model stops proposing when its top token's probability is below this.
-    #[arg(long = "draft-p-min", default_value_t = 0.75)]
-    draft_p_min: f64,
+    // Speculative decoding measured too: greedy runs after --draft-prompt, plain and drafted.
+    #[command(flatten)]
+    draft: DraftArgs,
     /// The text the drafted runs continue [default: the start of a Rust function].
     #[arg(long = "draft-prompt", value_name = "TEXT")]
     draft_prompt: Option<String>,
@@ -280,21 +263,17 @@ pub(crate) fn bench(a: BenchArgs) -> memwall::Result<ExitCode> {
     use memwall::tools::bench;
     let devices = bench::parse_devices(&a.device)?;
     let (mem_budget, stream_io) = a.budget.parse()?;
-    let source = match (&a.draft_model, a.draft_lookup) {
+    let source = match (&a.draft.draft_model, a.draft.draft_lookup) {
         (Some(path), _) => Some(bench::DraftSource::Model {
             path: path.clone(),
-            device: memwall::engine::DeviceChoice::parse(&a.draft_device)?,
+            device: memwall::engine::DeviceChoice::parse(&a.draft.draft_device)?,
         }),
         (None, true) => Some(bench::DraftSource::Lookup),
         (None, false) => None,
     };
     let draft = source.map(|source| bench::BenchDraft {
         source,
-        params: memwall::engine::DraftParams {
-            max: a.draft_max,
-            min: a.draft_min,
-            p_min: a.draft_p_min,
-        },
+        params: a.draft.params(),
         prompt: a
             .draft_prompt
             .clone()
