@@ -1,4 +1,4 @@
-//! Prefill on the GPU: one tiled matmul (`shaders/matmul.wgsl`) against `n` matvec dispatches
+//! Prefill on the GPU: one tiled matmul (`shaders/matrix/tiles.wgsl`) against `n` matvec dispatches
 //! for the same `[rows, cols]` weight matrix and `n` tokens, on the default adapter (lavapipe in
 //! CI; WGPU_BACKEND picks another). Both are encoded into one command buffer and timed to the
 //! end of the device wait; medians over repetitions after a warm-up.

@@ -1,7 +1,7 @@
 // Residual add in place: x += scale * y (twin of kernels-ref's ops::add, and of add_scaled
 // for a scale other than 1), or in its scale mode x *= scale (kernels-ref's ops::scale), with
 // y bound but not read. Standalone module. One invocation per element; 2-D dispatch as in
-// matvec.wgsl.
+// matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

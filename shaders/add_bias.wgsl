@@ -1,5 +1,5 @@
 // Bias add in place: x[r][c] += b[c] for every row r (the QKV biases of qwen2-style models).
-// Standalone module. One invocation per element; 2-D dispatch as in matvec.wgsl.
+// Standalone module. One invocation per element; 2-D dispatch as in matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

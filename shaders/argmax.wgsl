@@ -1,7 +1,7 @@
 // Index of the largest entry of each row, ties to the lowest index (greedy decoding); NaN
 // entries are never chosen, and a row of only NaN gives 0xffffffff. Composed after
 // reduce/workgroup.wgsl for override WG and MAX_WG (wg_sum is unused).
-// One workgroup per row; 2-D dispatch as in matvec.wgsl.
+// One workgroup per row; 2-D dispatch as in matrix/reduce.wgsl.
 
 struct RowParams {
     // row length

@@ -2,7 +2,7 @@
 // (the reduction keeps the reads from being optimised away and gives the selftest a result to
 // check). Composed after reduce/workgroup.wgsl for override WG and fn wg_sum.
 // Invocation t of T = n_groups * WG reads src[t], src[t + T], src[t + 2T], ... (consecutive
-// invocations read consecutive vec4s: coalesced). 2-D dispatch as in matvec.wgsl; surplus
+// invocations read consecutive vec4s: coalesced). 2-D dispatch as in matrix/reduce.wgsl; surplus
 // workgroups of the last line return before any barrier (a whole workgroup: uniform).
 
 struct ProbeParams {

@@ -1,7 +1,7 @@
 // Embedding lookup: out[t] = W[ids[t]] as f32 (twin of kernels-ref's ops::embedding).
 // Composed after reduce/workgroup.wgsl (for override WG; wg_sum is unused) and a quant/*.wgsl
 // fragment (bindings 0..1 for W, const QK, fn dq_block). One invocation per block of a
-// token's row; 2-D dispatch of ceil(n_tokens * blocks / WG) workgroups as in matvec.wgsl.
+// token's row; 2-D dispatch of ceil(n_tokens * blocks / WG) workgroups as in matrix/reduce.wgsl.
 // An id past the table's end gives a row of zeros (the host cannot check ids that a previous
 // kernel, e.g. argmax, wrote on the GPU; a shader must not read out of bounds).
 // A table split by rows across bindings runs once per part: a part writes only the tokens

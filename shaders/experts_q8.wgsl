@@ -5,7 +5,7 @@
 // control flow stays uniform) and gathers the pairs routed to its expert 8 at a time. An
 // invocation computes rows r, r + WG, r + 2 WG, r + 3 WG: a full tile of 8 pairs decodes each
 // of the 4 rows' weight chunks once for the 8 pairs and loads each pair's activation chunk once
-// for the 4 rows (as q8_rows/matmul_tile.wgsl); the pairs of a last partial tile run one at a
+// for the 4 rows (as matrix/tiles_q8.wgsl); the pairs of a last partial tile run one at a
 // time (a token's decode: each pair alone). Every pair's sum is its chunks' terms added in
 // order, as the CPU's row kernels add them.
 // Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path, q8_act.wgsl

@@ -2,7 +2,7 @@
 // (TYPE: 0 f32, 1 f16, 2 q8_0, 3 q4_0; the layout is in shaders/kv/read.wgsl): rows
 // pos0..pos0 + n_tokens of `cache` get `src`; every other row is left as it was. The
 // quantizers are kernels-ref's (src/kv_type.rs), so the GPU's cache holds the CPU's bytes.
-// Standalone module (no reduction); 2-D dispatch as in matvec.wgsl. One invocation per unit:
+// Standalone module (no reduction); 2-D dispatch as in matrix/reduce.wgsl. One invocation per unit:
 // a word for f32 and f16 (one or two values), a pair of blocks for q8_0 and q4_0 (68 or 36
 // bytes: the first whole number of words), so no two invocations write the same word.
 // One launch stores both K and V when their caches have the same type (issue 6: one launch

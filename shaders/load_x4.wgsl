@@ -1,5 +1,5 @@
-// Four f32 activations at a time for the kernels that take them unquantized (matvec.wgsl,
-// matvec_rows.wgsl, experts/header.wgsl). The kernel declares `x: array<f32>` and a uniform
+// Four f32 activations at a time for the kernels that take them unquantized (the f32 matrix
+// body matrix/f32.wgsl, experts/header.wgsl). The kernel declares `x: array<f32>` and a uniform
 // `P` with the row length `P.cols` (WGSL resolves module-scope names in any order).
 
 // x[xo + c..xo + c + 4], with columns >= cols read as 0 (a partial last block of an F16/F32

@@ -1,6 +1,6 @@
 // The routed experts' products over f32 inputs (`--f32-activations`, and float weights):
 // y[p] = W_e x[p / x_div] with one invocation per (pair, output row), no reduction or barrier
-// (as matvec_rows.wgsl), each walking its row's blocks in order. Composed after a quant/*.wgsl
+// (as matrix/rows.wgsl), each walking its row's blocks in order. Composed after a quant/*.wgsl
 // fragment (bindings 0..1 for W, const QK, fn dq_block), load_x4.wgsl and experts/header.wgsl.
 // group = wid.x + wid.y * groups_x; pair = group / row_groups.
 

@@ -2,7 +2,7 @@
 // experts' outputs, plus sigmoid(gate[t]) * shared[t] when P.has_shared is 1 (qwen2moe's shared
 // expert and its gate logit), or shared[t] when it is 2 (granitemoe's ungated shared expert).
 // Standalone module. One invocation per output element; 2-D
-// dispatch as in matvec.wgsl.
+// dispatch as in matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

@@ -2,7 +2,7 @@
 // softmax of its router logits, its K most probable experts (descending; ties to the lower
 // index; NaN logits last) and their probabilities, divided by their sum (clamped below at
 // 2^-14, the smallest normal f16) when P.normalize is set. Standalone module.
-// One invocation per token; 2-D dispatch as in matvec.wgsl. The experts are picked by K
+// One invocation per token; 2-D dispatch as in matrix/reduce.wgsl. The experts are picked by K
 // passes over the logits, each taking the best one ordered after the previous pick, so no
 // per-invocation array is needed (llvmpipe spills dynamically indexed private arrays).
 

@@ -1,6 +1,6 @@
 // The 8-bit activations every integer kernel reads (quantize_act.wgsl's output) and a
 // chunk's dot product with them (alone, or one activation chunk with four rows' chunks), so
-// that every such kernel (q8_params.wgsl's, the routed experts' experts_q8.wgsl) gives a
+// that every such kernel (the 8-bit matrix body matrix/q8.wgsl's layouts, the routed experts' experts_q8.wgsl) gives a
 // chunk the CPU's sum.
 // Composed after quant/chunk.wgsl and a quant/*.wgsl fragment with an integer path (bindings
 // 0..1 for W, fn dq_chunk).

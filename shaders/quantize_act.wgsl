@@ -1,7 +1,7 @@
 // Activation quantization for the integer matvec (twin of src/cpu/act.rs
 // `QAct::quantize_scalar`, bit for bit): each chunk of 32 values through `quantize_store`.
 // Composed after quantize_chunk.wgsl (no reduction): one invocation per chunk; 2-D dispatch as
-// in matvec.wgsl.
+// in matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

@@ -1,6 +1,6 @@
 // RMS normalization out = x / sqrt(mean(x^2) + eps) * weight, per row (twin of kernels-ref's
 // ops::rms_norm). Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum).
-// One workgroup per row; 2-D dispatch as in matvec.wgsl.
+// One workgroup per row; 2-D dispatch as in matrix/reduce.wgsl.
 
 struct RmsNormParams {
     // row length

@@ -3,7 +3,7 @@
 // quantize_act.wgsl would make of `out` (the same `quantize_store`), so the matmuls that read
 // the normalised vector skip their own pass over it. Rows of n values, n a multiple of 32.
 // Composed after a reduce/*.wgsl fragment (override WG, fn wg_sum) and quantize_chunk.wgsl.
-// One workgroup per row; 2-D dispatch as in matvec.wgsl.
+// One workgroup per row; 2-D dispatch as in matrix/reduce.wgsl.
 
 struct RmsNormParams {
     // row length (a multiple of 32)

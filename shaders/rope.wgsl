@@ -1,6 +1,6 @@
 // Rotary position embedding in place (twin of kernels-ref's ops::rope), for n_tokens tokens at
 // positions pos0, pos0 + 1, ... Standalone module (no reduction fragment).
-// One invocation per rotated pair (token, head, i); 2-D dispatch as in matvec.wgsl.
+// One invocation per rotated pair (token, head, i); 2-D dispatch as in matrix/reduce.wgsl.
 // One launch rotates the queries and the keys (one launch fewer per layer): the
 // pairs of x come first, then those of x2 ([n_tokens, n_heads2, head_dim], same positions);
 // n_heads2 = 0 rotates x alone.

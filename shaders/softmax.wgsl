@@ -1,7 +1,7 @@
 // Softmax over each row in place (twin of kernels-ref's ops::softmax): exp(x - max) / sum;
 // a row that is all -inf (fully masked) becomes all 0. Composed after a reduce/*.wgsl fragment
 // (override WG, MAX_WG, fn wg_sum, fn wg_max). One workgroup per row; 2-D dispatch as in
-// matvec.wgsl.
+// matrix/reduce.wgsl.
 
 struct RowParams {
     // row length

@@ -1,6 +1,6 @@
 // SwiGLU or GeGLU in place: gate = act(gate) * up (twins of kernels-ref's ops::swiglu and
 // ops::geglu). Standalone module. One invocation per element; 2-D dispatch as in
-// matvec.wgsl.
+// matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

@@ -2,7 +2,7 @@
 // act(gate) * up as swiglu.wgsl computes it, and qx / qd exactly what quantize_act.wgsl would make of the new
 // gate (the same `quantize_store`), so the down projection skips its own pass over it.
 // n (the element count) is a multiple of 32. Composed after quantize_chunk.wgsl (no
-// reduction): one invocation per chunk of 32; 2-D dispatch as in matvec.wgsl.
+// reduction): one invocation per chunk of 32; 2-D dispatch as in matrix/reduce.wgsl.
 
 override WG: u32 = 64u;
 

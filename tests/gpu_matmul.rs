@@ -1,4 +1,4 @@
-//! The tiled prefill matmul (`shaders/matmul.wgsl`) on a real adapter against kernels-ref's
+//! The tiled prefill matmul (`shaders/matrix/tiles.wgsl`) on a real adapter against kernels-ref's
 //! `matmul`: every weight format, shapes that are not multiples of the tile (rows, tokens, and
 //! for F16/F32 columns not a multiple of 32), outputs written at a row offset inside a wider
 //! NaN-poisoned `y` (everything else must stay NaN), a matrix split by rows writing one output,

@@ -3,8 +3,8 @@
 //! (XOR of every word) in three patterns:
 //! - `rows`: invocation r reads row r's BPR consecutive vec4 (a 4096-column Q4 row's code
 //!   words), the decode matvec with one row per invocation;
-//! - `rows x4`: invocation j reads rows 4j..4j+3 chunk by chunk, the engine's decode matvec
-//!   (`matvec_q8_rows.wgsl`, ROWS = 4);
+//! - `rows x4`: invocation j reads rows 4j..4j+3 chunk by chunk, as the engine's decode matvec
+//!   reads 4 rows per invocation (`matrix/tiles_q8.wgsl`, there `row_stride` apart);
 //! - `contiguous`: in step c invocation i reads vec4 c * rows + i (consecutive lanes,
 //!   consecutive addresses).
 //!

@@ -1,5 +1,5 @@
-//! Prototype, not in the engine: the decode matvec (`matvec_q8_rows.wgsl`, one token, ROWS = 4
-//! rows per invocation) of a Q4_1 matrix whose code words are read from an rgba32uint texture
+//! Prototype, not in the engine: the decode matvec (`matrix/tiles_q8.wgsl`, one token, 4 rows
+//! per invocation) of a Q4_1 matrix whose code words are read from an rgba32uint texture
 //! instead of the storage buffer, its (d, m) scales from the storage buffer or from an r32uint
 //! texture. The kernel is the engine's, composed with a texture twin of `quant/q4_1.wgsl`'s
 //! `dq_chunk`, and launched with the engine's own params and grid, so only the load path
@@ -202,6 +202,9 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize, nt: usize) {
     let launch = k.matvec_q8_launch(&m, &qx, &qd, &y, nt, rows, 0).unwrap();
     let engine_src = launch.key.source();
     let label = launch.key.label();
+    // The engine pipeline's override constants (the workgroup size and its layout's tile).
+    let mut constants = vec![("WG", f64::from(k.workgroup_size))];
+    constants.extend(launch.key.matrix_constants());
     assert!(
         engine_src.contains(Q4_1),
         "{label}: no Q4_1 fragment to replace"
@@ -255,7 +258,7 @@ fn shape(ctx: &GpuContext, k: &Kernels, rows: usize, cols: usize, nt: usize) {
             module: &module,
             entry_point: Some("main"),
             compilation_options: wgpu::PipelineCompilationOptions {
-                constants: &[("WG", f64::from(k.workgroup_size))],
+                constants: &constants,
                 ..Default::default()
             },
             cache: None,

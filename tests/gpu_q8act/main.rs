@@ -523,3 +523,71 @@ fn prefill_matmul_variants_match_the_batched_matvec_bit_for_bit() {
         }
     }
 }
+
+/// The register tiles of the row layout (tiles of 8 and of 4 tokens, then single tokens) give
+/// every token of a batch the very bits that token gets alone (the decode path), for every
+/// batch size from 2 to 13 and both kernels that take them (the decode matvec below 8 tokens,
+/// the prefill matmul from 8): each tile shape sums a row's chunks in the same order.
+#[test]
+fn register_tiles_give_every_token_its_decode_bits() {
+    let ctx = context();
+    // 300 rows: a partial last workgroup, and rows r + 3 S past the matrix for some
+    // invocations; 3 chunks per row.
+    let (rows, cols, n_max) = (300, 96, 13);
+    for ty in [WeightFormat::Q4_1, WeightFormat::Q8_0] {
+        let mut rng = Rng(0x7e57 ^ rows as u64);
+        let data = kernels_ref::quantize(ty.ggml(), &rng.values(rows * cols, 2.0)).unwrap();
+        let m = kernels::upload_matrix(&ctx, &repack(ty, &data, rows, cols).unwrap()).unwrap();
+        let x = activations(0x99, n_max, cols);
+        // (the kernel launched, y as bits) for the first n tokens of xs.
+        let run = |k: &Kernels, xs: &[f32], n: usize| {
+            let xb = kernels::upload_f32(&ctx, "x", &xs[..n * cols]).unwrap();
+            let qx = kernels::upload_u32(&ctx, "qx", &vec![0; qx_words(n, cols)]).unwrap();
+            let qd = kernels::upload_f32(&ctx, "qd", &vec![0.0; 4 * qd_vec4s(n, cols)]).unwrap();
+            let y = kernels::upload_f32(&ctx, "y", &vec![f32::NAN; n * rows]).unwrap();
+            let dq = k
+                .prepare(&ctx, k.quantize_act_launch(&xb, &qx, &qd, n, cols).unwrap())
+                .unwrap();
+            let l = k.matvec_q8_launch(&m, &qx, &qd, &y, n, rows, 0).unwrap();
+            let key = l.key;
+            kernels::run(&ctx, &[&dq, &k.prepare(&ctx, l).unwrap()]).unwrap();
+            let got = kernels::read_f32(&ctx, &y, n * rows).unwrap();
+            (key, got.iter().map(|v| v.to_bits()).collect::<Vec<u32>>())
+        };
+        let mut sets = vec![Kernels::with_options(&ctx, false).unwrap()];
+        if ctx.has_subgroups() {
+            sets.push(Kernels::with_options(&ctx, true).unwrap());
+        }
+        for mut k in sets {
+            k.matvec_rows = true;
+            let alone: Vec<Vec<u32>> = (0..n_max)
+                .map(|t| {
+                    let (key, y) = run(&k, &x[t * cols..], 1);
+                    assert_eq!(key, KernelKey::MatvecQ8Rows { ty });
+                    assert!(y.iter().all(|&b| !f32::from_bits(b).is_nan()), "{ty:?}");
+                    y
+                })
+                .collect();
+            for n in 2..=n_max {
+                let (key, got) = run(&k, &x, n);
+                assert_eq!(
+                    matches!(key, KernelKey::MatmulQ8Rows { .. }),
+                    n >= 8,
+                    "{ty:?} x {n}: launched {}",
+                    key.label()
+                );
+                for (t, want) in alone.iter().enumerate().take(n) {
+                    let diff = got[t * rows..(t + 1) * rows]
+                        .iter()
+                        .zip(want)
+                        .position(|(a, b)| a != b);
+                    assert!(
+                        diff.is_none(),
+                        "{} x {n} tokens: token {t} row {diff:?} differs from the token alone",
+                        key.label()
+                    );
+                }
+            }
+        }
+    }
+}

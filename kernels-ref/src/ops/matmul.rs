@@ -1,4 +1,4 @@
-//! Matrix-matrix product for prompt processing (twin of `shaders/matmul.wgsl`).
+//! Matrix-matrix product for prompt processing (twin of `shaders/matrix/tiles.wgsl`).
 
 use super::matvec::{check_matrix, dot_f64};
 use crate::error::{check_len, RefError};

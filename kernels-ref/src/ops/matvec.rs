@@ -1,4 +1,4 @@
-//! Matrix-vector product with a quantized weight matrix (twin of `shaders/matvec.wgsl`).
+//! Matrix-vector product with a quantized weight matrix (twin of the GPU's matrix layouts over `shaders/matrix/f32.wgsl`).
 
 use crate::error::{bytes_for, check_len, RefError};
 use crate::quant::dequantize;

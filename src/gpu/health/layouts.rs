@@ -38,7 +38,7 @@ pub fn cpu_worker_threads() -> u32 {
     n.max(1)
 }
 
-/// How the prefill integer matmuls (`matmul_q8_rows*.wgsl`) spread a matrix's rows over
+/// How the integer register tiles (`shaders/matrix/tiles_q8.wgsl`) spread a matrix's rows over
 /// workgroups: `stride` live invocations per workgroup (the rest return or skip their work),
 /// chosen per launch so that the workgroups share out evenly over the adapter's worker
 /// threads. (The decode matvec keeps full workgroups: balancing them gained nothing on

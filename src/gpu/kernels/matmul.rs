@@ -1,11 +1,11 @@
-//! Tiled, dequant-fused matrix product for prefill (`shaders/matmul.wgsl`): a whole prompt's
-//! projections through one weight matrix, with each weight decoded once per tile of tokens
-//! instead of once per token as `n_tokens` matvec calls would.
+//! Tiled, dequant-fused matrix product for prefill (`shaders/matrix/tiles.wgsl` over the f32
+//! body): a whole prompt's projections through one weight matrix, with each weight decoded
+//! once per tile of tokens instead of once per token as `n_tokens` matvec calls would.
 
 use crate::error::{Error, Result};
 use crate::gpu::device::GpuContext;
 use crate::gpu::kernels::{grid, to_u32, Dispatch, GpuMatrix, Kernels, Launch};
-use crate::gpu::registry::{KernelKey, MatmulParams, QK};
+use crate::gpu::registry::{KernelKey, MatvecParams, QK};
 
 /// Most weight rows per tile (`override TM`).
 pub const MATMUL_MAX_TILE_ROWS: u32 = 64;
@@ -95,15 +95,15 @@ impl Kernels {
             .checked_mul(n.div_ceil(tn))
             .ok_or_else(|| Error::Gpu(format!("{}: too many tiles", shape())))?;
         let groups = grid(tiles, self.max_groups_per_dim)?;
-        let params = MatmulParams {
+        let params = MatvecParams {
             rows,
             cols,
             blocks_per_row: cols.div_ceil(QK),
+            groups_x: groups.0,
             n_tokens: n,
             y_stride: to_u32(y_stride, "y_stride")?,
             row_offset: to_u32(row_offset, "row_offset")?,
-            row_tiles,
-            groups_x: groups.0,
+            row_groups: row_tiles,
         };
         let key = KernelKey::Matmul { ty: w.ty };
         let mut bufs = vec![(0, &w.quants)];

@@ -30,8 +30,8 @@ pub const DEFAULT_WORKGROUP_SIZE: u32 = 64;
 /// Matrix rows per matvec workgroup (`override ROWS`).
 pub const MATVEC_ROWS_PER_WORKGROUP: u32 = 2;
 
-/// Rows per workgroup of the integer matvec (`override ROWS` of `shaders/matvec_q8.wgsl` and
-/// `shaders/matvec_q8_sg.wgsl`) on `ctx`: with subgroups, as many as the workgroup has
+/// Rows per workgroup of the integer matvec (`override ROWS` of `shaders/matrix/reduce.wgsl`
+/// and `shaders/matrix/subgroups.wgsl` over the 8-bit body) on `ctx`: with subgroups, as many as the workgroup has
 /// subgroups of the adapter's smallest size (the subgroup variant gives each its own rows);
 /// else [`MATVEC_ROWS_PER_WORKGROUP`]. Both variants take the same value on one adapter, so
 /// either can stand in for the other (`variants::fallbacks`) under the same launch grid.

@@ -84,6 +84,8 @@ pub(crate) fn compile(ctx: &GpuContext, key: KernelKey, workgroup_size: u32) -> 
     }
     // The KV cache types of the attention and kv_store variants.
     constants.extend(key.kv_constants());
+    // The token tile of the 8-bit register-tile layout.
+    constants.extend(key.matrix_constants());
     if matches!(key, KernelKey::Matmul { .. }) {
         let (tm, tn) = crate::gpu::kernels::matmul::matmul_tile(workgroup_size);
         constants.extend([("TM", f64::from(tm)), ("TN", f64::from(tn))]);

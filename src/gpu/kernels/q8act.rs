@@ -1,7 +1,7 @@
 //! The GPU's integer matvec path, the CPU's scheme (src/cpu/act.rs, src/cpu/formats.rs): the
 //! activations are quantized once per matmul to int8 chunks of 32 (`shaders/quantize_act.wgsl`,
 //! bit-identical to `QAct::quantize_scalar`), and each quantized weight format's chunk dot
-//! product is computed in integers (`shaders/matvec_q8.wgsl`). GPU logits then differ from the
+//! product is computed in integers (`shaders/matrix/q8.wgsl`). GPU logits then differ from the
 //! CPU path's only by f32 summation order, and the matvec reads 4x fewer activation bytes.
 //!
 //! Buffers, for `n_tokens` rows of `cols` activations (`cols` a multiple of 32):
@@ -16,29 +16,16 @@ use crate::gpu::registry::{
     ElementwiseParams, KernelKey, MatvecOut, MatvecQ8Params, QuantizeActParams, WeightFormat, QK,
 };
 
-/// Tokens one row-layout `matvec_q8` launch handles (`MAX_TOKENS` in matvec_q8_rows.wgsl).
+/// Tokens one register-tile launch handles (`MAX_TOKENS` in `shaders/matrix/tiles_q8.wgsl`).
 pub const MATVEC_Q8_ROWS_MAX_TOKENS: usize = 64;
 
-/// Weight rows each invocation of the row-layout `matvec_q8` computes for fewer than 4 tokens
-/// (`ROWS` in matvec_q8_rows.wgsl): a decode token's activation chunk is loaded once for all
-/// of them. Batches of 4 or more (prefill) keep one row per invocation: their 4-token tiles
-/// already share the weights, and 4x fewer invocations left lavapipe's threads idle (prefill
-/// 3.8 -> 1.5 t/s in one bench pair).
-pub const MATVEC_Q8_ROWS_PER_INVOCATION: u32 = 4;
-
-/// Rows per invocation of the row layout for `n_tokens` (`rows_per_inv` of the params).
-pub fn matvec_q8_rows_per_invocation(n_tokens: usize) -> u32 {
-    if n_tokens < 4 {
-        MATVEC_Q8_ROWS_PER_INVOCATION
-    } else {
-        1
-    }
-}
-
-/// Weight rows per invocation of `shaders/matmul_q8_rows.wgsl`.
-const MATMUL_Q8_ROWS_PER_INVOCATION: u32 = 4;
-/// Fewest tokens that take `shaders/matmul_q8_rows.wgsl` on CPU-like adapters: one tile of 8
-/// (fewer would compute the tile's surplus slots for nothing).
+/// Weight rows each invocation of the register-tile layout computes (`shaders/matrix/
+/// tiles_q8.wgsl`), `row_stride` apart: a token's activation chunk is loaded once for all of
+/// them.
+const TILE_ROWS: u32 = 4;
+/// Fewest tokens that take the 8-token tiles (`MatmulQ8Rows`) on CPU-like adapters: fewer
+/// would compute a tile's surplus slots for nothing (the decode matvec's tiles of 4 and single
+/// tokens serve them).
 pub const MATMUL_Q8_ROWS_MIN_TOKENS: usize = 8;
 
 /// Whether weights in `ty` have the integer path (Q4_0, Q4_1, Q8_0, Q4_K, Q6_K); float
@@ -225,7 +212,6 @@ impl Kernels {
         let cols = to_u32(w.cols, "cols")?;
         // The weight rows read must fit in u32 too (w_row0 + row indexes the buffers).
         to_u32(w_row0.saturating_add(w.rows), "matvec_q8 weight rows")?;
-        let rows_per_inv = matvec_q8_rows_per_invocation(n_tokens);
         // Batches of several tile widths on CPU-like adapters take the prefill matmul (4 rows
         // per invocation), or the kernel `variants::launch_fallback` names for it where it
         // failed its selftest here.
@@ -247,20 +233,25 @@ impl Kernels {
                 Some(out) => KernelKey::MatvecQ8RowsOut { ty: w.ty, out },
             }
         };
-        let prefill = matches!(row_key, KernelKey::MatmulQ8Rows { .. });
-        // Live invocations per workgroup of the prefill matmul: fewer than the workgroup where
+        // Live invocations per workgroup of the register tiles: fewer than the workgroup where
         // that shares the workgroups out evenly over a CPU adapter's threads (576 rows on 2
-        // threads: 6 workgroups of 96 rows instead of 3 of 256). The matvecs use whole
-        // workgroups.
-        let row_stride = if prefill {
-            self.row_balance.stride(rows, MATMUL_Q8_ROWS_PER_INVOCATION)
+        // threads: 6 workgroups of 96 rows instead of 3 of 256, the last with 64 live rows);
+        // the decode matvec keeps whole workgroups (balancing them gained nothing on
+        // lavapipe). The prefill matmul strides an invocation's 4 rows over the workgroup's;
+        // the matvec takes 4 consecutive rows, as its decode always did.
+        let prefill = matches!(row_key, KernelKey::MatmulQ8Rows { .. });
+        let row_stride = if self.matvec_rows && n_tokens >= 4 {
+            self.row_balance.stride(rows, TILE_ROWS)
         } else {
             self.workgroup_size
         };
-        let per_group = if prefill {
-            MATMUL_Q8_ROWS_PER_INVOCATION * row_stride
-        } else if self.matvec_rows {
-            self.workgroup_size * rows_per_inv
+        let (row_step, inv_step) = if prefill {
+            (row_stride, 1)
+        } else {
+            (1, TILE_ROWS)
+        };
+        let per_group = if self.matvec_rows {
+            TILE_ROWS * row_stride
         } else {
             self.q8_rows_per_group
         };
@@ -292,11 +283,11 @@ impl Kernels {
             w_row0: to_u32(w_row0, "w_row0")?,
             split1: to_u32(splits[0], "split1")?,
             split2: to_u32(splits[1], "split2")?,
-            rows_per_inv,
             row_stride,
+            row_step,
+            inv_step,
             pad0: 0,
             pad1: 0,
-            pad2: 0,
         };
         let key = match out {
             _ if self.matvec_rows => row_key,

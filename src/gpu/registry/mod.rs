@@ -7,7 +7,11 @@
 //! weight format (`shaders/quant/*.wgsl`: weight bindings 0..1, `const QK`, `fn dq_block`; the
 //! formats with an integer path also `fn dq_chunk`, preceded by `shaders/quant/chunk.wgsl`'s
 //! `struct QChunk`), then the op (`shaders/<op>.wgsl`: its other bindings and the `main` entry
-//! point). Native-f16 variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl`
+//! point). The matrix products are composed from one body per activation type
+//! (`shaders/matrix/f32.wgsl`, `shaders/matrix/q8.wgsl`: the parameters, the bindings and
+//! `fn row_partial`, a row's dot product with a token), a layout that owns `main` (how rows and
+//! tokens spread over invocations: `reduce`, `subgroups`, `rows`, `tiles`, `tiles_q8` with a
+//! `tile8/` entry point) and, for the 8-bit body, an output (`shaders/matrix/out/`). Native-f16 variants ([`KernelKey::uses_f16`]) use a `shaders/quant/f16/*.wgsl`
 //! fragment instead, which starts with `enable f16;` and therefore goes first (a directive must
 //! precede every declaration; WGSL declarations may come in any order).
 
@@ -54,30 +58,29 @@ const QUANT_Q4_0_F16: &str = include_str!("../../../shaders/quant/f16/q4_0.wgsl"
 const QUANT_Q4_1_F16: &str = include_str!("../../../shaders/quant/f16/q4_1.wgsl");
 const QUANT_Q8_0_F16: &str = include_str!("../../../shaders/quant/f16/q8_0.wgsl");
 const QUANT_F16_F16: &str = include_str!("../../../shaders/quant/f16/f16.wgsl");
-const MATVEC: &str = include_str!("../../../shaders/matvec.wgsl");
-const MATVEC_ROWS: &str = include_str!("../../../shaders/matvec_rows.wgsl");
-const MATVEC_PARAMS: &str = include_str!("../../../shaders/matvec_params.wgsl");
+// The matrix products: one body per activation type (what a row's dot product with a token
+// is), the layouts that spread rows and tokens over invocations, and the outputs.
+const MATRIX_F32: &str = include_str!("../../../shaders/matrix/f32.wgsl");
+const MATRIX_Q8: &str = include_str!("../../../shaders/matrix/q8.wgsl");
+const MATRIX_REDUCE: &str = include_str!("../../../shaders/matrix/reduce.wgsl");
+const MATRIX_SUBGROUPS: &str = include_str!("../../../shaders/matrix/subgroups.wgsl");
+const MATRIX_ROWS: &str = include_str!("../../../shaders/matrix/rows.wgsl");
+const MATRIX_TILES: &str = include_str!("../../../shaders/matrix/tiles.wgsl");
+const MATRIX_TILES_Q8: &str = include_str!("../../../shaders/matrix/tiles_q8.wgsl");
+const TILE8_DIRECT: &str = include_str!("../../../shaders/matrix/tile8/direct.wgsl");
+const TILE8_LANES: &str = include_str!("../../../shaders/matrix/tile8/lanes.wgsl");
 const LOAD_X4: &str = include_str!("../../../shaders/load_x4.wgsl");
-const MATMUL: &str = include_str!("../../../shaders/matmul.wgsl");
-const MATVEC_Q8: &str = include_str!("../../../shaders/matvec_q8.wgsl");
-// The subgroup variant of MATVEC_Q8: one subgroup per row (no reduce fragment).
-const MATVEC_Q8_SG: &str = include_str!("../../../shaders/matvec_q8_sg.wgsl");
-// Head shared by the two row-layout integer kernels (parameters and activation bindings).
+// The 8-bit activations and a chunk's dot product with them (the matrix body's and the routed
+// experts' kernels).
 const Q8_ACT: &str = include_str!("../../../shaders/q8_act.wgsl");
-const Q8_PARAMS: &str = include_str!("../../../shaders/q8_params.wgsl");
-const Q8_ROWS_HEADER: &str = include_str!("../../../shaders/q8_rows/header.wgsl");
-const MATVEC_Q8_ROWS: &str = include_str!("../../../shaders/matvec_q8_rows.wgsl");
-const MATMUL_Q8_ROWS: &str = include_str!("../../../shaders/matmul_q8_rows.wgsl");
-const MATMUL_Q8_ROWS_SG: &str = include_str!("../../../shaders/matmul_q8_rows_sg.wgsl");
-const Q8_ROWS_MATMUL_TILE: &str = include_str!("../../../shaders/q8_rows/matmul_tile.wgsl");
 const QUANTIZE_ACT: &str = include_str!("../../../shaders/quantize_act.wgsl");
 const QUANTIZE_CHUNK: &str = include_str!("../../../shaders/quantize_chunk.wgsl");
 const RMSNORM_QUANT: &str = include_str!("../../../shaders/rmsnorm_quant.wgsl");
 const SWIGLU_QUANT: &str = include_str!("../../../shaders/swiglu_quant.wgsl");
-const Q8_OUT_STORE: &str = include_str!("../../../shaders/matvec_q8_out/store.wgsl");
-const Q8_OUT_ADD: &str = include_str!("../../../shaders/matvec_q8_out/add.wgsl");
-const Q8_OUT_SPLIT2: &str = include_str!("../../../shaders/matvec_q8_out/split2.wgsl");
-const Q8_OUT_SPLIT3: &str = include_str!("../../../shaders/matvec_q8_out/split3.wgsl");
+const Q8_OUT_STORE: &str = include_str!("../../../shaders/matrix/out/store.wgsl");
+const Q8_OUT_ADD: &str = include_str!("../../../shaders/matrix/out/add.wgsl");
+const Q8_OUT_SPLIT2: &str = include_str!("../../../shaders/matrix/out/split2.wgsl");
+const Q8_OUT_SPLIT3: &str = include_str!("../../../shaders/matrix/out/split3.wgsl");
 const RMSNORM: &str = include_str!("../../../shaders/rmsnorm.wgsl");
 const ROPE: &str = include_str!("../../../shaders/rope.wgsl");
 const SWIGLU: &str = include_str!("../../../shaders/swiglu.wgsl");
@@ -219,7 +222,7 @@ impl WeightFormat {
 }
 
 /// Where a fused integer matvec ([`KernelKey::MatvecQ8Out`], [`KernelKey::MatvecQ8RowsOut`])
-/// puts its rows (`shaders/matvec_q8_out/*.wgsl`; the plain keys store into one y).
+/// puts its rows (`shaders/matrix/out/*.wgsl`; the plain keys store into one y).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum MatvecOut {
     /// y += W x: the residual add folded into the projection (y is read and written).
@@ -271,12 +274,15 @@ pub const MIN_SUBGROUP_BROADCAST: u32 = 8;
 /// One composed compute shader.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelKey {
-    /// `shaders/matvec_rows.wgsl`: one invocation per row, no reduction or barrier (for
-    /// CPU-like adapters, where barriers are expensive).
+    /// The f32 body (`shaders/matrix/f32.wgsl`) in the row layout (`matrix/rows.wgsl`): one
+    /// invocation per row, no reduction or barrier (for CPU-like adapters, where barriers are
+    /// expensive).
     MatvecRows { ty: WeightFormat },
-    /// `shaders/matmul.wgsl` (tiled prefill matmul) over weights in `ty` (no reduction).
+    /// The f32 body in workgroup-memory tiles (`matrix/tiles.wgsl`: the prefill matmul) over
+    /// weights in `ty` (no reduction).
     Matmul { ty: WeightFormat },
-    /// `shaders/matvec.wgsl` over weights in `ty`; `subgroup` picks `subgroupAdd` reduction;
+    /// The f32 body in the reduction layout (`matrix/reduce.wgsl`) over weights in `ty`;
+    /// `subgroup` picks `subgroupAdd` reduction;
     /// `f16` decodes the weights with native f16 arithmetic (needs `SHADER_F16`; only formats
     /// with [`WeightFormat::has_f16_variant`]).
     Matvec {
@@ -319,12 +325,14 @@ pub enum KernelKey {
     Embedding { ty: WeightFormat, f16: bool },
     /// `shaders/quantize_act.wgsl`: f32 activations to int8 chunks of 32 (no reduction).
     QuantizeAct,
-    /// `shaders/matvec_q8.wgsl` over weights in `ty` (one with `WeightFormat::has_q8_path`)
-    /// and int8 activations, each row summed over the workgroup; `subgroup`:
-    /// `shaders/matvec_q8_sg.wgsl`, the same contract with each row summed by one subgroup.
+    /// The 8-bit body (`shaders/matrix/q8.wgsl`) over weights in `ty` (one with
+    /// `WeightFormat::has_q8_path`) and int8 activations, each row summed over the workgroup
+    /// (`matrix/reduce.wgsl`); `subgroup`: each row summed by one subgroup
+    /// (`matrix/subgroups.wgsl`), the same grid.
     MatvecQ8 { ty: WeightFormat, subgroup: bool },
-    /// `shaders/matvec_q8_rows.wgsl`: `MatvecQ8` with one invocation per row, no reduction or
-    /// barrier (for CPU-like adapters, as `MatvecRows`).
+    /// The 8-bit body in register tiles (`matrix/tiles_q8.wgsl` with `TILE` 4): 4 rows per
+    /// invocation, tokens in tiles of 4 then one at a time, no reduction or barrier (the
+    /// decode matvec of CPU-like adapters, as `MatvecRows`).
     MatvecQ8Rows { ty: WeightFormat },
     /// `shaders/bandwidth.wgsl`: the memory bandwidth probe of `memwall bench` (reads a large
     /// buffer, writes a partial sum per workgroup; workgroup-memory reduction only).
@@ -342,11 +350,11 @@ pub enum KernelKey {
     RmsNormQuant { subgroup: bool },
     /// `shaders/swiglu_quant.wgsl`: `Swiglu` that also quantizes its result (standalone).
     SwigluQuant,
-    /// `shaders/matmul_q8_rows.wgsl`: the prefill twin of `MatvecQ8Rows` (`out`: `None`
-    /// stores, else as `MatvecQ8RowsOut`), 4 rows x 8 tokens per invocation; `subgroup`:
-    /// `shaders/matmul_q8_rows_sg.wgsl`, the same result with the tile's activations loaded
-    /// once per subgroup and broadcast (needs `SUBGROUP` and subgroups of at least
-    /// [`MIN_SUBGROUP_BROADCAST`] invocations).
+    /// The prefill twin of `MatvecQ8Rows` (`out`: `None` stores, else as `MatvecQ8RowsOut`):
+    /// the same register tiles with `TILE` 8, 4 rows x 8 tokens per invocation
+    /// (`matrix/tile8/direct.wgsl`); `subgroup`: the same result with each 8-token tile's
+    /// activations loaded once per subgroup and broadcast (`matrix/tile8/lanes.wgsl`; needs
+    /// `SUBGROUP` and subgroups of at least [`MIN_SUBGROUP_BROADCAST`] invocations).
     MatmulQ8Rows {
         ty: WeightFormat,
         out: Option<MatvecOut>,
@@ -655,13 +663,11 @@ impl KernelKey {
             REDUCE_WORKGROUP
         };
         let parts: Vec<&str> = match *self {
-            KernelKey::Matmul { ty } => vec![ty.fragment(), MATMUL],
-            KernelKey::MatvecRows { ty } => {
-                vec![ty.fragment(), MATVEC_PARAMS, LOAD_X4, MATVEC_ROWS]
-            }
+            KernelKey::Matmul { ty } => vec![ty.fragment(), LOAD_X4, MATRIX_F32, MATRIX_TILES],
+            KernelKey::MatvecRows { ty } => vec![ty.fragment(), LOAD_X4, MATRIX_F32, MATRIX_ROWS],
             KernelKey::Matvec { ty, .. } => match ty.f16_fragment() {
-                Some(q) if self.uses_f16() => vec![q, reduce, MATVEC_PARAMS, LOAD_X4, MATVEC],
-                _ => vec![reduce, ty.fragment(), MATVEC_PARAMS, LOAD_X4, MATVEC],
+                Some(q) if self.uses_f16() => vec![q, reduce, LOAD_X4, MATRIX_F32, MATRIX_REDUCE],
+                _ => vec![reduce, ty.fragment(), LOAD_X4, MATRIX_F32, MATRIX_REDUCE],
             },
             KernelKey::RmsNorm { .. } => vec![reduce, RMSNORM],
             KernelKey::Softmax { .. } => vec![reduce, SOFTMAX],
@@ -699,73 +705,11 @@ impl KernelKey {
             }
             KernelKey::BandwidthProbe => vec![REDUCE_WORKGROUP, BANDWIDTH],
             KernelKey::QuantizeAct => vec![QUANTIZE_CHUNK, QUANTIZE_ACT],
-            KernelKey::MatvecQ8 { ty, subgroup } => {
-                if subgroup {
-                    vec![ty.fragment(), Q8_ACT, Q8_PARAMS, MATVEC_Q8_SG, Q8_OUT_STORE]
-                } else {
-                    vec![
-                        reduce,
-                        ty.fragment(),
-                        Q8_ACT,
-                        Q8_PARAMS,
-                        MATVEC_Q8,
-                        Q8_OUT_STORE,
-                    ]
-                }
-            }
-            KernelKey::MatvecQ8Rows { ty } => {
-                vec![
-                    ty.fragment(),
-                    Q8_ACT,
-                    Q8_PARAMS,
-                    Q8_ROWS_HEADER,
-                    MATVEC_Q8_ROWS,
-                    Q8_OUT_STORE,
-                ]
-            }
-            KernelKey::MatvecQ8Out { ty, out, subgroup } => {
-                if subgroup {
-                    vec![
-                        ty.fragment(),
-                        Q8_ACT,
-                        Q8_PARAMS,
-                        MATVEC_Q8_SG,
-                        out.fragment(),
-                    ]
-                } else {
-                    vec![
-                        reduce,
-                        ty.fragment(),
-                        Q8_ACT,
-                        Q8_PARAMS,
-                        MATVEC_Q8,
-                        out.fragment(),
-                    ]
-                }
-            }
-            KernelKey::MatvecQ8RowsOut { ty, out } => {
-                vec![
-                    ty.fragment(),
-                    Q8_ACT,
-                    Q8_PARAMS,
-                    Q8_ROWS_HEADER,
-                    MATVEC_Q8_ROWS,
-                    out.fragment(),
-                ]
-            }
-            KernelKey::MatmulQ8Rows { ty, out, subgroup } => vec![
-                ty.fragment(),
-                Q8_ACT,
-                Q8_PARAMS,
-                Q8_ROWS_HEADER,
-                Q8_ROWS_MATMUL_TILE,
-                if subgroup {
-                    MATMUL_Q8_ROWS_SG
-                } else {
-                    MATMUL_Q8_ROWS
-                },
-                out.map_or(Q8_OUT_STORE, MatvecOut::fragment),
-            ],
+            KernelKey::MatvecQ8 { .. }
+            | KernelKey::MatvecQ8Out { .. }
+            | KernelKey::MatvecQ8Rows { .. }
+            | KernelKey::MatvecQ8RowsOut { .. }
+            | KernelKey::MatmulQ8Rows { .. } => self.q8_matrix_parts(),
             KernelKey::RmsNormQuant { .. } => vec![reduce, QUANTIZE_CHUNK, RMSNORM_QUANT],
             KernelKey::SwigluQuant => vec![QUANTIZE_CHUNK, SWIGLU_QUANT],
             KernelKey::MoeRoute => vec![MOE_ROUTE],
@@ -781,6 +725,51 @@ impl KernelKey {
         parts.join("\n")
     }
 
+    /// The fragments of an 8-bit-activation matrix key: the format's integer path, the 8-bit
+    /// body (`shaders/matrix/q8.wgsl`), its layout and its output.
+    fn q8_matrix_parts(&self) -> Vec<&'static str> {
+        let (ty, out, layout): (WeightFormat, Option<MatvecOut>, &[&'static str]) = match *self {
+            KernelKey::MatvecQ8 { ty, subgroup } => (ty, None, q8_reduction(subgroup)),
+            KernelKey::MatvecQ8Out { ty, subgroup, out } => (ty, Some(out), q8_reduction(subgroup)),
+            KernelKey::MatvecQ8Rows { ty } => (ty, None, &[MATRIX_TILES_Q8, TILE8_DIRECT]),
+            KernelKey::MatvecQ8RowsOut { ty, out } => {
+                (ty, Some(out), &[MATRIX_TILES_Q8, TILE8_DIRECT])
+            }
+            KernelKey::MatmulQ8Rows { ty, out, subgroup } => (
+                ty,
+                out,
+                if subgroup {
+                    &[MATRIX_TILES_Q8, TILE8_LANES]
+                } else {
+                    &[MATRIX_TILES_Q8, TILE8_DIRECT]
+                },
+            ),
+            _ => return Vec::new(),
+        };
+        // The workgroup reduction's fragment declares WG and wg_sum before the body.
+        let mut parts = if layout == [MATRIX_REDUCE] {
+            vec![REDUCE_WORKGROUP]
+        } else {
+            Vec::new()
+        };
+        parts.extend([ty.fragment(), Q8_ACT, MATRIX_Q8]);
+        parts.extend_from_slice(layout);
+        parts.push(out.map_or(Q8_OUT_STORE, MatvecOut::fragment));
+        parts
+    }
+
+    /// Override constants of the matrix layouts that the key fixes: the widest token tile of
+    /// `shaders/matrix/tiles_q8.wgsl` (8 for the prefill matmul, 4 for the decode matvec).
+    pub fn matrix_constants(&self) -> Vec<(&'static str, f64)> {
+        match *self {
+            KernelKey::MatmulQ8Rows { .. } => vec![("TILE", 8.0)],
+            KernelKey::MatvecQ8Rows { .. } | KernelKey::MatvecQ8RowsOut { .. } => {
+                vec![("TILE", 4.0)]
+            }
+            _ => Vec::new(),
+        }
+    }
+
     /// The pipeline's override constants for the KV cache types (`TYPE` of
     /// `shaders/kv_store.wgsl`, `K_TYPE` and `V_TYPE` of `shaders/kv/read.wgsl`); empty for
     /// the other kernels.
@@ -794,6 +783,16 @@ impl KernelKey {
             }
             _ => Vec::new(),
         }
+    }
+}
+
+/// The reduction layout of the 8-bit matrix body: a subgroup per row, or rows summed over
+/// the workgroup.
+fn q8_reduction(subgroup: bool) -> &'static [&'static str] {
+    if subgroup {
+        &[MATRIX_SUBGROUPS]
+    } else {
+        &[MATRIX_REDUCE]
     }
 }
 

@@ -4,8 +4,8 @@
 
 use bytemuck::{Pod, Zeroable};
 
-/// Uniform parameters of the f32-activation matvecs (`struct MatvecParams` of
-/// `shaders/matvec_params.wgsl`).
+/// Uniform parameters of the f32-activation matrix products in every layout (`struct
+/// MatvecParams` of `shaders/matrix/f32.wgsl`).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct MatvecParams {
@@ -20,27 +20,9 @@ pub struct MatvecParams {
     pub y_stride: u32,
     /// first row of y written (a matrix split by rows across bindings)
     pub row_offset: u32,
-    /// workgroups per token: ceil(rows / ROWS)
+    /// workgroups per token (`reduce.wgsl`, `rows.wgsl`: ceil(rows / rows per workgroup)),
+    /// or row tiles (`tiles.wgsl`: ceil(rows / TM))
     pub row_groups: u32,
-}
-
-/// Uniform parameters of `shaders/matmul.wgsl` (`struct MatmulParams`).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Pod, Zeroable)]
-pub struct MatmulParams {
-    pub rows: u32,
-    pub cols: u32,
-    /// ceil(cols / QK)
-    pub blocks_per_row: u32,
-    pub n_tokens: u32,
-    /// distance between tokens in y, in f32 (at least row_offset + rows)
-    pub y_stride: u32,
-    /// y column written for weight row 0
-    pub row_offset: u32,
-    /// ceil(rows / TM)
-    pub row_tiles: u32,
-    /// workgroups along x in the dispatch
-    pub groups_x: u32,
 }
 
 /// Uniform parameters of `shaders/rmsnorm.wgsl` (`struct RmsNormParams`).
@@ -231,7 +213,7 @@ pub struct QuantizeActParams {
 }
 
 /// Uniform parameters of the integer kernels (`struct MatvecQ8Params` of
-/// `shaders/q8_params.wgsl`; the same fields as the f32 batched matvec's).
+/// `shaders/matrix/q8.wgsl`; the same fields as the f32 batched matvec's).
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Pod, Zeroable)]
 pub struct MatvecQ8Params {
@@ -253,15 +235,18 @@ pub struct MatvecQ8Params {
     /// split outputs: global rows below split1 go to y, below split2 to y1, the rest to y2
     pub split1: u32,
     pub split2: u32,
-    /// rows per invocation of the row layout (matvec_q8_rows.wgsl; 1 or 4); unused by the
-    /// others
-    pub rows_per_inv: u32,
-    /// live invocations per workgroup of the row layouts (matvec_q8_rows.wgsl,
-    /// matmul_q8_rows*.wgsl; `RowBalance::stride`); unused by the others
+    /// live invocations per workgroup of the register-tile layout, and the distance between
+    /// an invocation's 4 rows (`shaders/matrix/tiles_q8.wgsl`; `RowBalance::stride`); unused
+    /// by the others
     pub row_stride: u32,
+    /// rows between an invocation's 4 rows of the register tiles: `row_stride` (strided) or
+    /// 1 (runs of 4)
+    pub row_step: u32,
+    /// rows between consecutive invocations' first rows of the register tiles: 1 (strided)
+    /// or 4 (runs of 4)
+    pub inv_step: u32,
     pub pad0: u32,
     pub pad1: u32,
-    pub pad2: u32,
 }
 
 /// Uniform parameters of `shaders/moe_route.wgsl` (`struct MoeRouteParams`).
@@ -329,7 +314,6 @@ pub struct MoeCombineParams {
 
 // Uniform structs must be a multiple of 16 bytes and match the WGSL layout (four 4-byte fields).
 const _: () = assert!(std::mem::size_of::<MatvecParams>() == 32);
-const _: () = assert!(std::mem::size_of::<MatmulParams>() == 32);
 const _: () = assert!(std::mem::size_of::<RmsNormParams>() == 16);
 const _: () = assert!(std::mem::size_of::<RopeParams>() == 48);
 const _: () = assert!(std::mem::size_of::<ElementwiseParams>() == 16);

@@ -1,41 +1,19 @@
-// Prefill matmul y[t][row_offset + r] = sum_c W[r][c] * x[t][c] (twin of kernels-ref's
-// ops::matmul), dequantization fused in. Composed after a quant/*.wgsl fragment (bindings 0..1
-// for W, const QK, fn dq_block): see src/gpu/registry/mod.rs. No reduction fragment: every output
-// is summed by one invocation.
+// Matrix layout for prefill over the f32 body: workgroup-memory tiles (twin of kernels-ref's
+// ops::matmul), dequantization fused in, no reduction: every output is summed by one
+// invocation. Composed after a quant/*.wgsl fragment, load_x4.wgsl and f32.wgsl (P, x, fn
+// store_y; P.row_groups is the number of row tiles, ceil(rows / TM)).
 //
-// Tiling: one workgroup computes a TM x TN tile of y (TM weight rows x TN tokens). For each
-// block of QK = 32 columns it stages the TM rows' dequantized block and the TN tokens' 32
-// inputs in workgroup memory, so each weight is decoded once per tile (not once per token)
-// and each input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile:
-// rows tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host
-// picks TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/kernels/matmul.rs). Workgroup memory:
+// One workgroup computes a TM x TN tile of y (TM weight rows x TN tokens). For each block of
+// QK = 32 columns it stages the TM rows' dequantized block and the TN tokens' 32 inputs in
+// workgroup memory, so each weight is decoded once per tile (not once per token) and each
+// input read once per tile. Each invocation then accumulates a 4 x 4 micro-tile: rows
+// tr + i * TR and tokens tt + j * TT (i, j < 4) with TR = TM / 4, TT = TN / 4; the host picks
+// TM, TN with TR * TT <= WG (see matmul_tile in src/gpu/kernels/matmul.rs). Workgroup memory:
 // (TM + TN) * 32 * 4 bytes.
 //
 // Tiles are numbered row tile first: tile = wid.x + wid.y * groups_x (2-D dispatch when there
-// are more than the per-dimension limit), row tile = tile % row_tiles, token tile = tile /
-// row_tiles. Surplus workgroups of the last dispatch line return at once (uniformly).
-
-struct MatmulParams {
-    rows: u32,
-    cols: u32,
-    // ceil(cols / QK)
-    blocks_per_row: u32,
-    n_tokens: u32,
-    // distance between tokens in y, in f32 (>= row_offset + rows)
-    y_stride: u32,
-    // y column written for weight row 0
-    row_offset: u32,
-    // ceil(rows / TM)
-    row_tiles: u32,
-    // workgroups along x in the dispatch
-    groups_x: u32,
-}
-
-// [n_tokens, cols]
-@group(0) @binding(2) var<storage, read> x: array<f32>;
-// [n_tokens, y_stride]
-@group(0) @binding(3) var<storage, read_write> y: array<f32>;
-@group(0) @binding(4) var<uniform> P: MatmulParams;
+// are more than the per-dimension limit), row tile = tile % row_groups, token tile = tile /
+// row_groups. Surplus workgroups of the last dispatch line return at once (uniformly).
 
 // Invocations per workgroup: at least (TM / 4) * (TN / 4) (any extra ones only stage).
 override WG: u32 = 64u;
@@ -49,18 +27,6 @@ var<workgroup> w_tile: array<vec4<f32>, TM * 8u>;
 // [TN, 8] vec4: the current 32 inputs of the tile's tokens.
 var<workgroup> x_tile: array<vec4<f32>, TN * 8u>;
 
-// x[t][c..c + 4] with columns >= cols read as 0 (a partial last block of an F16/F32 row).
-fn load_x4(t: u32, c: u32) -> vec4<f32> {
-    let base = t * P.cols;
-    var v = vec4<f32>(0.0);
-    for (var j = 0u; j < 4u; j++) {
-        if (c + j < P.cols) {
-            v[j] = x[base + c + j];
-        }
-    }
-    return v;
-}
-
 @compute @workgroup_size(WG)
 fn main(
     @builtin(workgroup_id) wid: vec3<u32>,
@@ -68,11 +34,11 @@ fn main(
 ) {
     let tile = wid.x + wid.y * P.groups_x;
     let token_tiles = (P.n_tokens + TN - 1u) / TN;
-    if (tile >= P.row_tiles * token_tiles) {
+    if (tile >= P.row_groups * token_tiles) {
         return;
     }
-    let row0 = (tile % P.row_tiles) * TM;
-    let tok0 = (tile / P.row_tiles) * TN;
+    let row0 = (tile % P.row_groups) * TM;
+    let tok0 = (tile / P.row_groups) * TN;
     let tr_n = TM / 4u;
     let tt_n = TN / 4u;
     // This invocation's micro-tile (invocations past TR * TT, if any, only help staging).
@@ -103,7 +69,7 @@ fn main(
             let t = tok0 + i / 8u;
             var v = vec4<f32>(0.0);
             if (t < P.n_tokens) {
-                v = load_x4(t, c0 + 4u * (i % 8u));
+                v = load_x4(t * P.cols, c0 + 4u * (i % 8u));
             }
             x_tile[i] = v;
         }
@@ -135,7 +101,7 @@ fn main(
             for (var j = 0u; j < 4u; j++) {
                 let t = tok0 + tt + j * tt_n;
                 if (row < P.rows && t < P.n_tokens) {
-                    y[t * P.y_stride + P.row_offset + row] = acc[i][j];
+                    store_y(t, row, acc[i][j]);
                 }
             }
         }

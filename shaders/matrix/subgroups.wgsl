@@ -1,12 +1,8 @@
-// Batched decode matvec over 8-bit activations for adapters with subgroups: the contract of
-// matvec_q8.wgsl (bindings, parameters, the grid of ROWS rows per workgroup and token, the
-// chunk arithmetic of src/cpu/scalar.rs `dot_q_row`), with each row summed by one subgroup:
-// its lanes stride over the row's chunks and subgroupAdd totals them, so no workgroup memory
-// or barrier sits between a row's loads and its result, and a workgroup has as many rows in
-// flight as it has subgroups.
-// Composed after quant/chunk.wgsl, a quant/*.wgsl fragment with an integer path (bindings
-// 0..1 for W, fn dq_chunk) and q8_params.wgsl (MatvecQ8Params P, the qx / qd bindings, fn
-// strided_partial), and before a matvec_q8_out/*.wgsl fragment (fn store_y).
+// Matrix layout for adapters with subgroups: the grid of reduce.wgsl (ROWS rows per workgroup
+// and token) with each row summed by one subgroup: its lanes stride over the row's blocks and
+// subgroupAdd totals them, so no workgroup memory or barrier sits between a row's loads and
+// its result, and a workgroup has as many rows in flight as it has subgroups. Composed after
+// a body (P, fn row_partial, fn store_y); the 8-bit decode layout of GPUs.
 // The host sets ROWS to WG / the adapter's smallest subgroup size (src/gpu/kernels/mod.rs
 // `matvec_q8_rows_per_group`); subgroups claim row slots from a counter rather than assume
 // how invocations map to subgroups, and with larger subgroups than that each takes several
@@ -45,13 +41,12 @@ fn main(
         return;
     }
     let row0 = (group % P.row_groups) * ROWS;
-    let c0 = t * P.blocks_per_row;
     for (var r = slot; r < ROWS; r += n_subgroups) {
         let row = row0 + r;
         if (row >= P.rows) {
             break;
         }
-        let total = subgroupAdd(strided_partial(row, c0, lane, sg));
+        let total = subgroupAdd(row_partial(t, row, lane, sg));
         if (lane == 0u) {
             store_y(t, row, total);
         }

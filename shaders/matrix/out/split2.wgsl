@@ -1,4 +1,4 @@
-// Output of matvec_q8*.wgsl over two matrices stacked by rows (gate | up): global row
+// Output of the 8-bit matrix layouts over two matrices stacked by rows (gate | up): global row
 // g = row_offset + row goes to y: [n_tokens, split1] when below split1, else to
 // y1: [n_tokens, y_stride - split1] (y_stride = the stacked matrix's rows).
 

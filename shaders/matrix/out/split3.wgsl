@@ -1,4 +1,4 @@
-// Output of matvec_q8*.wgsl over three matrices stacked by rows (Wq | Wk | Wv): global row
+// Output of the 8-bit matrix layouts over three matrices stacked by rows (Wq | Wk | Wv): global row
 // g = row_offset + row goes to y: [n_tokens, split1] when below split1, to
 // y1: [n_tokens, split2 - split1] when below split2, else to y2: [n_tokens, y_stride - split2]
 // (y_stride = the stacked matrix's rows).

@@ -1,4 +1,5 @@
-// Output of matvec_q8*.wgsl: y[t][row_offset + row] = W[row] · x[t] into y: [n_tokens, y_stride].
+// Output of the 8-bit matrix layouts: y[t][row_offset + row] = W[row] · x[t] into
+// y: [n_tokens, y_stride].
 
 @group(0) @binding(4) var<storage, read_write> y: array<f32>;
 
